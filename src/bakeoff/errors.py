@@ -1,0 +1,27 @@
+"""One root exception; the CLI knows how to print each subclass."""
+
+
+class BakeoffError(Exception):
+    """Root of every error bakeoff raises on purpose."""
+
+    exit_code = 1
+
+
+class SpecError(BakeoffError):
+    """The sweep spec (or a CLI flag) is invalid. The message names the field."""
+
+    exit_code = 2
+
+
+class StoreError(BakeoffError):
+    """The sweep directory cannot be used (schema too new, locked by another run)."""
+
+    exit_code = 2
+
+
+class LaunchError(BakeoffError):
+    """The host could not start the engine at all (binary missing, ssh refused)."""
+
+
+class InfraError(BakeoffError):
+    """Something outside the configuration failed (node died, ssh dropped)."""

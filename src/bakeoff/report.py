@@ -1,0 +1,102 @@
+"""The Markdown report: one row per trial, the failures with their evidence, the recommendation."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from bakeoff.plan import Planned
+from bakeoff.store import Store, TrialRecord
+
+CORRECT = ("ok", "slow")
+
+
+def label(rec: TrialRecord) -> str:
+    return Planned(rec.idx, rec.config, tuple(rec.changed)).label
+
+
+def command_line(rec: TrialRecord) -> str:
+    """The exact launch command, ready to paste (env shown as VAR=value; secrets masked)."""
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in rec.env.items())
+    cmd = shlex.join(rec.argv)
+    return f"{env} {cmd}" if env else cmd
+
+
+def ranking(trials: list[TrialRecord]) -> list[TrialRecord]:
+    """Correct trials, fastest first (output tok/s at the top load level)."""
+    correct = [t for t in trials if t.verdict in CORRECT and t.metrics.get("output_tok_s")]
+    return sorted(correct, key=lambda t: -t.metrics["output_tok_s"])
+
+
+def _fmt(x, spec: str = ".1f") -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def render(store: Store) -> str:
+    sweep = store.sweep() or {"name": "?", "spec": {}, "fingerprint": {}}
+    trials = store.trials()
+    spec = sweep["spec"]
+    base = next((t for t in trials if t.is_baseline), None)
+    fp = sweep["fingerprint"]
+    lines = [f"# bakeoff report: {sweep['name']}", ""]
+    lines.append(f"Engine `{spec.get('engine')}`, model `{(spec.get('model') or {}).get('path')}`, "
+                 f"strategy `{(spec.get('plan') or {}).get('strategy')}`, {len(trials)} trials.")
+    gpus = fp.get("gpus") or []
+    hw = ", ".join(f"{g.get('name')} (sm_{g.get('compute_capability', '?')})" for g in gpus) if gpus else (fp.get("cpu") or {}).get("model", "CPU")
+    lines.append(f"Hardware: {hw}. Fingerprint `{fp.get('hash', '?')}`.")
+    lines += ["", "## Trials", "",
+              "| # | single change vs baseline | verdict | cause | output tok/s | TTFT p50 ms | vs baseline | evidence |",
+              "|---|---|---|---|---|---|---|---|"]
+    btoks = base.metrics.get("output_tok_s") if base else None
+    for t in trials:
+        toks = t.metrics.get("output_tok_s")
+        ratio = f"{toks / btoks:.2f}x" if toks and btoks else "—"
+        ev = (t.detail or "").replace("|", "\\|").replace("\n", " ")
+        if len(ev) > 140:
+            ev = ev[:137] + "..."
+        verdict = t.verdict or t.state
+        lines.append(f"| {t.idx} | {label(t)} | **{verdict}** | {t.cause or ''} | {_fmt(toks)} | "
+                     f"{_fmt(t.metrics.get('ttft_p50_ms'))} | {ratio} | {ev} |")
+    failed = [t for t in trials if t.verdict in ("crashed", "wrong", "infra_error")]
+    if failed:
+        lines += ["", "## Failures and their evidence", ""]
+        for t in failed:
+            lines.append(f"### Trial {t.idx}: {label(t)} — {t.verdict} ({t.cause})")
+            lines.append("")
+            lines.append(t.detail or "")
+            if t.metrics.get("hint"):
+                lines += ["", f"Hint: {t.metrics['hint']}"]
+            if t.evidence:
+                lines += ["", "```", *[e for e in t.evidence][:12], "```"]
+            if t.log_path:
+                lines += ["", f"Log: `{t.log_path}`"]
+            lines.append("")
+    skipped = [t for t in trials if t.verdict == "skipped"]
+    if skipped:
+        lines += ["", "## Skipped", ""]
+        lines += [f"- trial {t.idx} ({label(t)}): {t.detail}" for t in skipped]
+    pending = [t for t in trials if not t.is_finished()]
+    if pending:
+        lines += ["", "## Not finished", ""]
+        lines += [f"- trial {t.idx} ({label(t)}): {t.verdict or t.state}" for t in pending]
+    lines += ["", "## Recommendation", ""]
+    ranked = ranking(trials)
+    if not ranked:
+        lines.append("No configuration passed correctness: nothing to recommend.")
+    else:
+        win = ranked[0]
+        lines.append(f"**{label(win)}**: {win.metrics['output_tok_s']:.1f} output tok/s"
+                     + (f" ({win.metrics['output_tok_s'] / btoks:.2f}x the baseline)" if btoks else "")
+                     + ", passed correctness.")
+        lines += ["", "```sh", command_line(win), "```"]
+        if len(ranked) > 1:
+            lines += ["", "Fallbacks, fastest first:", ""]
+            for i, t in enumerate(ranked[1:], 1):
+                lines.append(f"{i}. {label(t)} — {t.metrics['output_tok_s']:.1f} tok/s ({t.verdict}): `{command_line(t)}`")
+    return "\n".join(lines) + "\n"
+
+
+def write(out_dir: Path, store: Store) -> Path:
+    path = Path(out_dir) / "report.md"
+    path.write_text(render(store), encoding="utf-8")
+    return path

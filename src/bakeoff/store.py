@@ -1,0 +1,225 @@
+"""SQLite store, one file per sweep directory: the sweep, its trials, their artifacts.
+
+Writes are transactional (WAL). The schema is versioned from the first release: a store written
+by a newer bakeoff fails clearly instead of being misread. One ``bakeoff run`` at a time holds
+the directory's lock.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from bakeoff.errors import StoreError
+
+SCHEMA_VERSION = 1
+
+VERDICTS = ("ok", "slow", "wrong", "crashed", "skipped", "interrupted", "infra_error")
+FINISHED_VERDICTS = ("ok", "slow", "wrong", "crashed", "skipped")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS sweep (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    name TEXT NOT NULL, spec TEXT NOT NULL, fingerprint TEXT NOT NULL, created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS trials (
+    key TEXT PRIMARY KEY,
+    idx INTEGER NOT NULL,
+    config TEXT NOT NULL,
+    changed TEXT NOT NULL,
+    argv TEXT NOT NULL,
+    env TEXT NOT NULL,
+    state TEXT NOT NULL,
+    verdict TEXT,
+    cause TEXT,
+    detail TEXT,
+    evidence TEXT NOT NULL DEFAULT '[]',
+    metrics TEXT NOT NULL DEFAULT '{}',
+    phases TEXT NOT NULL DEFAULT '{}',
+    log_path TEXT,
+    pid INTEGER, pgid INTEGER, port INTEGER, argv0 TEXT,
+    started REAL, finished REAL,
+    attempts INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS artifacts (
+    trial_key TEXT NOT NULL, name TEXT NOT NULL, data TEXT NOT NULL,
+    PRIMARY KEY (trial_key, name)
+);
+"""
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """A stored trial. ``state`` is pending|running|finished; a finished trial has a verdict."""
+
+    key: str
+    idx: int
+    config: dict[str, Any]
+    changed: list[str]
+    argv: list[str]
+    env: dict[str, str]
+    state: str = "pending"
+    verdict: str | None = None
+    cause: str | None = None
+    detail: str | None = None
+    evidence: list[str] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)
+    log_path: str | None = None
+    pid: int | None = None
+    pgid: int | None = None
+    port: int | None = None
+    argv0: str | None = None
+    started: float | None = None
+    finished: float | None = None
+    attempts: int = 0
+
+    def __post_init__(self) -> None:
+        if self.state not in ("pending", "running", "finished"):
+            raise ValueError(f"bad trial state {self.state!r}")
+        if self.state == "finished" and self.verdict not in VERDICTS:
+            raise ValueError(f"finished trial {self.key} needs a verdict, has {self.verdict!r}")
+        if self.state != "finished" and self.verdict not in (None, "interrupted", "infra_error"):
+            raise ValueError(f"unfinished trial {self.key} cannot have verdict {self.verdict!r}")
+
+    def is_finished(self) -> bool:
+        return self.state == "finished" and self.verdict in FINISHED_VERDICTS
+
+    @property
+    def is_baseline(self) -> bool:
+        return not self.changed
+
+    def with_(self, **kw: Any) -> "TrialRecord":
+        return replace(self, **kw)
+
+
+_JSON_FIELDS = ("config", "changed", "argv", "env", "evidence", "metrics", "phases")
+
+
+class Store:
+    def __init__(self, directory: str | os.PathLike, *, lock: bool = False) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fh = None
+        if lock:
+            self._acquire_lock()
+        self.path = self.dir / "bakeoff.sqlite"
+        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        self.db.row_factory = sqlite3.Row
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self._migrate()
+        except sqlite3.DatabaseError as err:
+            raise StoreError(f"{self.path}: not a bakeoff store ({err})") from None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def _acquire_lock(self) -> None:
+        fh = open(self.dir / ".lock", "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise StoreError(f"{self.dir}: another bakeoff run is using this sweep directory (pid {holder}); wait for it or use another --out") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._lock_fh = fh
+
+    def close(self) -> None:
+        self.db.close()
+        if self._lock_fh is not None:
+            self._lock_fh.close()
+            self._lock_fh = None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _migrate(self) -> None:
+        with self.db:
+            self.db.executescript(_SCHEMA)
+            row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+            if row is None:
+                self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            elif int(row["value"]) > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path}: written by a newer bakeoff (schema {row['value']}, this one reads {SCHEMA_VERSION}); upgrade bakeoff"
+                )
+
+    # -- sweep -----------------------------------------------------------------------------
+    def init_sweep(self, name: str, spec: dict, fingerprint: dict) -> None:
+        with self.db:
+            self.db.execute(
+                "INSERT OR IGNORE INTO sweep VALUES (1, ?, ?, ?, ?)",
+                (name, json.dumps(spec), json.dumps(fingerprint), time.time()),
+            )
+
+    def sweep(self) -> dict | None:
+        row = self.db.execute("SELECT * FROM sweep WHERE id=1").fetchone()
+        if row is None:
+            return None
+        return {"name": row["name"], "spec": json.loads(row["spec"]), "fingerprint": json.loads(row["fingerprint"]), "created": row["created"]}
+
+    # -- trials ----------------------------------------------------------------------------
+    def add_trial(self, rec: TrialRecord) -> TrialRecord:
+        """Insert a planned trial unless one with that key exists; return the stored one."""
+        with self.db:
+            existing = self.get(rec.key)
+            if existing is not None:
+                return existing
+            self._write(rec)
+        return rec
+
+    def save(self, rec: TrialRecord) -> None:
+        with self.db:
+            self._write(rec)
+
+    def _write(self, rec: TrialRecord) -> None:
+        d = rec.__dict__.copy()
+        for f in _JSON_FIELDS:
+            d[f] = json.dumps(d[f])
+        cols = ", ".join(d)
+        marks = ", ".join(f":{k}" for k in d)
+        self.db.execute(f"INSERT OR REPLACE INTO trials ({cols}) VALUES ({marks})", d)
+
+    def get(self, key: str) -> TrialRecord | None:
+        row = self.db.execute("SELECT * FROM trials WHERE key=?", (key,)).fetchone()
+        return _row(row) if row else None
+
+    def trials(self) -> list[TrialRecord]:
+        return [_row(r) for r in self.db.execute("SELECT * FROM trials ORDER BY idx")]
+
+    # -- artifacts -------------------------------------------------------------------------
+    def put_artifact(self, trial_key: str, name: str, data: Any) -> None:
+        with self.db:
+            self.db.execute("INSERT OR REPLACE INTO artifacts VALUES (?, ?, ?)", (trial_key, name, json.dumps(data)))
+
+    def artifact(self, trial_key: str, name: str) -> Any:
+        row = self.db.execute("SELECT data FROM artifacts WHERE trial_key=? AND name=?", (trial_key, name)).fetchone()
+        return json.loads(row["data"]) if row else None
+
+
+def _row(row: sqlite3.Row) -> TrialRecord:
+    d = dict(row)
+    for f in _JSON_FIELDS:
+        d[f] = json.loads(d[f])
+    return TrialRecord(**d)
+
+
+def open_readonly(directory: str | os.PathLike) -> Store:
+    if not (Path(directory) / "bakeoff.sqlite").exists():
+        raise StoreError(f"{directory}: no bakeoff sweep here (bakeoff.sqlite missing)")
+    return Store(directory)

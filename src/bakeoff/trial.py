@@ -1,0 +1,209 @@
+"""One trial's lifecycle: launch -> wait_ready -> probe -> bench -> teardown (always).
+
+Each step is a method whose docstring says what it promises. A configuration that fails is a
+result, not an exception: ``run`` returns a finished record for every outcome except bugs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import httpx
+
+from bakeoff import bench, probes
+from bakeoff.engines.base import Engine, LaunchContext
+from bakeoff.hosts.base import Handle, Host
+from bakeoff.plan import Planned, axis_env_and_args
+from bakeoff.redact import redact_env, remember
+from bakeoff.spec import Spec
+from bakeoff.store import Store, TrialRecord
+from bakeoff.triage import classify
+
+Progress = Callable[[str, str], None]  # (phase, last log line)
+
+
+class Interrupted(Exception):
+    """Raised inside a trial when the user pressed Ctrl-C; the trial is saved as interrupted."""
+
+
+@dataclass
+class Launch:
+    argv: list[str]
+    env: dict[str, str]
+    port: int
+
+
+@dataclass
+class ReadyOutcome:
+    ready: bool
+    phases: dict[str, float] = field(default_factory=dict)
+    exit_code: int | None = None
+    timed_out: bool = False
+    hung: bool = False
+    last_line: str = ""
+
+
+def build_launch(spec: Spec, engine: Engine, planned: Planned, port: int, model_path: str) -> Launch:
+    """The exact argv and env of one configuration (what `bakeoff plan` prints)."""
+    axis_args, axis_env = axis_env_and_args(spec, planned.config)
+    ctx = LaunchContext(model=model_path, host=spec.server.host, port=port, args=list(spec.server.args),
+                        axis_args=axis_args, served_model_name=spec.model.name)
+    return Launch(engine.command(ctx), {**spec.server.env, **axis_env}, port)
+
+
+class TrialRunner:
+    def __init__(self, spec: Spec, engine: Engine, host: Host, store: Store, sweep_dir: Path,
+                 model_path: str, progress: Progress | None = None, should_stop: Callable[[], bool] = lambda: False) -> None:
+        self.spec, self.engine, self.host, self.store = spec, engine, host, store
+        self.dir = Path(sweep_dir)
+        self.model_path = model_path
+        self.progress = progress or (lambda phase, line: None)
+        self.should_stop = should_stop
+
+    # -- the steps ---------------------------------------------------------------------------
+    def launch(self, rec: TrialRecord, planned: Planned) -> tuple[TrialRecord, Handle, Launch]:
+        """Start the server; its pid and process group are in the store before we wait on it."""
+        port = self.spec.server.port or self.host.free_port()
+        launch = build_launch(self.spec, self.engine, planned, port, self.model_path)
+        remember(launch.env)
+        log_path = self.dir / "logs" / f"{planned.idx:03d}-{planned.key}.log"
+        self.progress("launch", " ".join(launch.argv[:3]))
+        handle = self.host.start(launch.argv, launch.env, log_path)
+        rec = rec.with_(state="running", argv=launch.argv, env=redact_env(launch.env), log_path=str(log_path),
+                        pid=handle.pid, pgid=handle.pgid, port=port, argv0=launch.argv[0], started=time.time(),
+                        attempts=rec.attempts + 1, verdict=None, cause=None, detail=None)
+        self.store.save(rec)
+        return rec, handle, launch
+
+    def wait_ready(self, handle: Handle, port: int) -> ReadyOutcome:
+        """Poll until every health path answers 200. Returns at once when the process exits,
+        when the log is silent for ``hang_timeout_s``, or at ``startup_timeout_s``."""
+        srv = self.spec.server
+        t0 = time.monotonic()
+        last_change = t0
+        last_size = -1
+        phases: dict[str, float] = {}
+        seen_lines = 0
+        last_line = ""
+        base = f"http://{self._client_host()}:{port}"
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                if self.should_stop():
+                    raise Interrupted()
+                now = time.monotonic()
+                text = self.host.read_log(handle)
+                if len(text) != last_size:
+                    last_size, last_change = len(text), now
+                    lines = text.splitlines()
+                    for line in lines[seen_lines:]:
+                        name = self.engine.phase_of(line)
+                        if name and name not in phases:
+                            phases[name] = round(now - t0, 3)
+                    seen_lines = len(lines)
+                    if lines:
+                        last_line = lines[-1][-200:]
+                        self.progress("starting", last_line)
+                code = self.host.exit_code(handle)
+                if code is not None:
+                    return ReadyOutcome(False, phases, exit_code=code, last_line=last_line)
+                if self._healthy(client, base):
+                    phases.setdefault("ready", round(time.monotonic() - t0, 3))
+                    phases["ready"] = round(time.monotonic() - t0, 3)
+                    return ReadyOutcome(True, phases, last_line=last_line)
+                if now - t0 > srv.startup_timeout_s:
+                    return ReadyOutcome(False, phases, timed_out=True, last_line=last_line)
+                if now - last_change > srv.hang_timeout_s:
+                    return ReadyOutcome(False, phases, hung=True, last_line=last_line)
+                time.sleep(0.25)
+
+    def probe(self, base_url: str, baseline: dict | None) -> tuple[probes.ProbeOutcome, dict]:
+        """Run the probe set three ways and judge it (against the baseline's answers when given)."""
+        self.progress("probe", "")
+        collected = probes.run_probes(base_url, self.spec.probes, model=self.spec.model.name,
+                                      ctx_size=_ctx_size(self.spec.server.args), timeout_s=self.spec.server.request_timeout_s)
+        outcome = probes.judge(collected, self.spec.probes, baseline, expect_logprobs=self.engine.supports_logprobs)
+        return outcome, collected
+
+    def bench(self, base_url: str) -> list[dict]:
+        """Run the load levels; each level says whether its responses passed the detectors."""
+        self.progress("bench", "")
+        levels = bench.run(base_url, self.spec.bench, model=self.spec.model.name,
+                           ignore_eos=self.engine.supports_ignore_eos, timeout_s=self.spec.server.request_timeout_s * 4,
+                           expect_logprobs=self.engine.supports_logprobs)
+        return [lv.to_json() for lv in levels]
+
+    def teardown(self, handle: Handle, port: int) -> bool:
+        """Stop the whole process tree and confirm the port is free again."""
+        self.progress("teardown", "")
+        self.host.stop(handle)
+        waiter = getattr(self.host, "wait_port_free", None)
+        return waiter(port) if waiter else self.host.port_is_free(port)
+
+    # -- the whole trial ---------------------------------------------------------------------
+    def run(self, rec: TrialRecord, planned: Planned, baseline: dict | None) -> TrialRecord:
+        rec, handle, launch = self.launch(rec, planned)
+        base_url = f"http://{self._client_host()}:{launch.port}"
+        try:
+            ready = self.wait_ready(handle, launch.port)
+            if not ready.ready:
+                return self._failed_start(rec, handle, ready)
+            outcome, collected = self.probe(base_url, baseline)
+            self.store.put_artifact(rec.key, "probes", probes.results_to_json(collected))
+            if not outcome.passed:
+                return rec.with_(state="finished", verdict="wrong", cause=outcome.detector,
+                                 detail=outcome.detail, evidence=[outcome.detail], phases=ready.phases,
+                                 metrics={"probe": outcome.values, "failed_mode": outcome.failed_mode}, finished=time.time())
+            levels = self.bench(base_url)
+            invalid = [lv for lv in levels if not lv["valid"]]
+            metrics = {"probe": outcome.values, "levels": levels, **bench.headline(levels)}
+            if invalid:
+                lv = invalid[0]
+                return rec.with_(state="finished", verdict="wrong", cause="bench_invalid",
+                                 detail=f"benchmark level {lv['level']}: {lv['why_invalid']}", evidence=[lv["why_invalid"] or ""],
+                                 phases=ready.phases, metrics=metrics, finished=time.time())
+            return rec.with_(state="finished", verdict="ok", detail=outcome.detail, phases=ready.phases,
+                             metrics=metrics, finished=time.time())
+        except Interrupted:
+            return rec.with_(state="running", verdict="interrupted", detail="stopped by Ctrl-C", finished=time.time())
+        finally:
+            port_free = self.teardown(handle, launch.port)
+            if not port_free:
+                self.progress("teardown", f"port {launch.port} still busy after stop")
+
+    def _failed_start(self, rec: TrialRecord, handle: Handle, ready: ReadyOutcome) -> TrialRecord:
+        log = self.host.read_log(handle)
+        diag = classify(log, exit_code=ready.exit_code, engine=self.engine.kind,
+                        timed_out=ready.timed_out, hung=ready.hung)
+        how = (f"exited with code {ready.exit_code} before ready" if ready.exit_code is not None
+               else "no new log line for %ss while not ready" % self.spec.server.hang_timeout_s if ready.hung
+               else "not ready after %ss" % self.spec.server.startup_timeout_s)
+        return rec.with_(state="finished", verdict="crashed", cause=diag.cause,
+                         detail=f"crashed at startup: {how}; {diag.explanation}", evidence=list(diag.evidence),
+                         phases=ready.phases, metrics={"hint": diag.hint, "hard": diag.hard, "exit_code": ready.exit_code,
+                                                       "confidence": diag.confidence},
+                         finished=time.time())
+
+    def _healthy(self, client: httpx.Client, base: str) -> bool:
+        for path in self.engine.health_paths:
+            try:
+                if client.get(base + path).status_code != 200:
+                    return False
+            except httpx.HTTPError:
+                return False
+        return True
+
+    def _client_host(self) -> str:
+        h = self.spec.server.host
+        return "127.0.0.1" if h in ("0.0.0.0", "::", "") else getattr(self.host, "client_address", None) or h
+
+
+def _ctx_size(args: list[str]) -> int | None:
+    for flag in ("--ctx-size", "-c", "--max-model-len", "--context-length", "--max_seq_len"):
+        if flag in args:
+            i = args.index(flag)
+            if i + 1 < len(args) and args[i + 1].isdigit():
+                return int(args[i + 1])
+    return None
