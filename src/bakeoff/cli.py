@@ -29,45 +29,35 @@ def _fail(err: BakeoffError) -> None:
 
 
 class _LiveView:
-    """Current trial, phase, elapsed vs timeout, last log line, and a running results table."""
+    """Current trial, phase, elapsed vs its timeout, last log line, and a running results table
+    (drawn by bakeoff.status.render, the same view `bakeoff status` shows from the store)."""
 
-    def __init__(self, timeout_s: float) -> None:
-        self.timeout_s = timeout_s
-        self.rows: list[tuple] = []
-        self.current = "-"
-        self.phase = "-"
-        self.line = ""
-        self.t0 = time.monotonic()
-        self.live = Live(self._render(), console=console, refresh_per_second=4, transient=False)
+    def __init__(self, name: str, timeout_s: float) -> None:
+        from bakeoff.status import Progress
 
-    def _render(self) -> Table:
-        t = Table(title=f"trial {self.current} · {self.phase} · {time.monotonic() - self.t0:.0f}s / {self.timeout_s:.0f}s",
-                  caption=self.line[-120:] if self.line else None)
-        for col in ("#", "change", "verdict", "cause", "tok/s"):
-            t.add_column(col)
-        for r in self.rows:
-            t.add_row(*r)
-        return t
+        self.p = Progress(name=name, timeout_s=timeout_s, runner="this process")
+        self.live = Live(get_renderable=self._render, console=console, refresh_per_second=2, transient=False)
+
+    def _render(self):
+        from bakeoff.status import render
+
+        return render(self.p)
 
     def trial_start(self, p, n) -> None:
-        self.current = f"{p.idx + 1}/{n} ({p.label})"
-        self.t0 = time.monotonic()
-        self.live.update(self._render())
+        self.p.total, self.p.current, self.p.phase = n, f"{p.idx + 1}/{n} ({p.label})", "launch"
+        self.p.started, self.p.last_line = time.time(), ""
 
     def on_phase(self, phase: str, line: str) -> None:
-        self.phase = phase
+        self.p.phase = phase
         if line:
-            self.line = line
-        self.live.update(self._render())
+            self.p.last_line = line
 
     def trial_end(self, rec) -> None:
-        from bakeoff.report import label
-
-        toks = rec.metrics.get("output_tok_s")
-        style = VERDICT_STYLE.get(rec.verdict or "", "")
-        self.rows.append((str(rec.idx), label(rec), f"[{style}]{rec.verdict}[/{style}]", rec.cause or "",
-                          f"{toks:.1f}" if toks else "—"))
-        self.live.update(self._render())
+        self.p.rows.append(rec)
+        if rec.is_baseline:
+            self.p.baseline_tok_s = rec.metrics.get("output_tok_s")
+        self.p.current = "-"
+        self.p.total = max(self.p.total, len(self.p.rows))
 
     def note(self, msg: str) -> None:
         self.live.console.print(msg, markup=False)
@@ -92,7 +82,7 @@ def run(
             spec = spec.model_copy(update={"executor": executor})
         out_dir = out_dir or Path("runs") / spec.name
         bad = _load_known_bad(known_bad, spec)
-        view = _LiveView(spec.server.startup_timeout_s)
+        view = _LiveView(spec.name, spec.server.startup_timeout_s)
         events = Events(trial_start=view.trial_start, phase=view.on_phase, trial_end=view.trial_end, note=view.note)
         with view.live:
             if spec.executor == "ray":
@@ -101,6 +91,7 @@ def run(
                 report_path = run_sweep_ray(spec, out_dir, events=events, known_bad=bad)
             else:
                 report_path = run_sweep(spec, out_dir, events=events, known_bad=bad)
+            view.p.done = True
     except BakeoffError as err:
         _fail(err)
     out.print(report_path.read_text(), markup=False, highlight=False)
@@ -110,9 +101,12 @@ def run(
 def _load_known_bad(paths: list[Path], spec) -> dict:
     if not paths:
         return {}
-    from bakeoff.matrix import known_bad_pairs
+    from bakeoff.matrix import load_known_bad
 
-    return known_bad_pairs(paths, spec)
+    kb = load_known_bad(paths, spec)
+    for note in kb.notes:
+        console.print(f"known-bad: {note}", markup=False, highlight=False)
+    return kb.merged()
 
 
 @app.command()
@@ -155,6 +149,79 @@ def report(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
 
 
 @app.command()
+def status(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
+           watch: bool = typer.Option(False, "--watch", help="refresh until the sweep is done or its run is gone"),
+           interval: float = typer.Option(1.0, "--interval", help="seconds between refreshes with --watch")) -> None:
+    """Show a sweep's progress from its store (a run in another terminal): running trial, finished rows."""
+    from bakeoff.status import from_store, render, runner_of
+    from bakeoff.store import open_readonly
+
+    try:
+        with open_readonly(sweep_dir) as store:
+            if not watch:
+                out.print(render(from_store(store)))
+                return
+            with Live(render(from_store(store)), console=out, refresh_per_second=2) as live:
+                while True:
+                    p = from_store(store)
+                    live.update(render(p))
+                    if p.done or not runner_of(sweep_dir)[1]:
+                        break
+                    time.sleep(interval)
+    except BakeoffError as err:
+        _fail(err)
+
+
+@app.command()
+def export(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
+           output: Optional[Path] = typer.Option(None, "-o", "--output", help="file to write (default DIR/compat-matrix.json)")) -> None:
+    """Write the sweep's compatibility matrix (environment, per-value and per-config verdicts) as JSON."""
+    from bakeoff.matrix import write_matrix
+    from bakeoff.store import open_readonly
+
+    try:
+        with open_readonly(sweep_dir) as store:
+            path = write_matrix(store, output or Path(sweep_dir) / "compat-matrix.json")
+    except BakeoffError as err:
+        _fail(err)
+    console.print(f"matrix: {path}")
+
+
+@app.command()
+def compare(dir_a: Path = typer.Argument(..., metavar="DIR_A"), dir_b: Path = typer.Argument(..., metavar="DIR_B"),
+            as_json: bool = typer.Option(False, "--json"),
+            threshold: float = typer.Option(0.1, "--threshold", help="speed ratio outside 1±this counts as a change")) -> None:
+    """Same configurations across two sweeps: what changed verdict or speed (B/A)."""
+    from rich.markup import escape
+
+    from bakeoff.compare import compare as cmp
+    from bakeoff.status import VERDICT_STYLE
+    from bakeoff.store import open_readonly
+
+    try:
+        with open_readonly(dir_a) as a, open_readonly(dir_b) as b:
+            res = cmp(a, b, threshold)
+    except BakeoffError as err:
+        _fail(err)
+    if as_json:
+        out.print_json(json.dumps(res))
+        return
+    for line in res["environment"]:
+        out.print(f"environment: {line}", markup=False, highlight=False)
+    t = Table(title=f"A={res['a']['name']} ({dir_a})  B={res['b']['name']} ({dir_b})", title_justify="left")
+    for col in ("config", "A", "B", "A tok/s", "B tok/s", "B/A", "change"):
+        t.add_column(col, justify="right" if "tok" in col or col == "B/A" else "left")
+    for r in res["rows"]:
+        def v(verdict, cause):
+            return f"[{VERDICT_STYLE.get(verdict or '', 'default')}]{verdict or '—'}[/]" + (f" ({escape(cause)})" if cause else "")
+        t.add_row(escape(r["label"]), v(r["verdict_a"], r["cause_a"]), v(r["verdict_b"], r["cause_b"]),
+                  f"{r['tok_s_a']:.1f}" if r["tok_s_a"] else "—", f"{r['tok_s_b']:.1f}" if r["tok_s_b"] else "—",
+                  f"{r['ratio']:.2f}x" if r["ratio"] else "—", "[bold]" + r["change"] + "[/]" if r["change"] != "same" else "same")
+    out.print(t)
+    out.print(f"{res['changed']} of {len(res['rows'])} configurations changed", highlight=False)
+
+
+@app.command()
 def triage(
     log: Path = typer.Argument(..., metavar="LOG"),
     exit_code: Optional[int] = typer.Option(None, "--exit-code", help="the process's exit status (negative = signal)"),
@@ -179,6 +246,21 @@ def triage(
         out.print("evidence:", markup=False)
         for line in d.evidence:
             out.print(f"  {line}", markup=False, highlight=False)
+
+
+@app.command()
+def preflight(spec_path: Optional[Path] = typer.Argument(None, metavar="[SPEC]", help="probe what this spec's axis values need"),
+              as_json: bool = typer.Option(False, "--json", help="print the results as JSON"),
+              out_file: Optional[Path] = typer.Option(None, "--out", help="also write the results JSON here"),
+              only: list[str] = typer.Option([], "--only", help="probe name glob (repeatable; default: all)")) -> None:
+    """Probe each backend directly (seconds): unsupported, compile-failed, nan, mismatch or ok."""
+    from bakeoff.preflight_cli import run_preflight
+
+    try:
+        text = run_preflight(spec_path, as_json=as_json, out_file=out_file, only=only)
+    except BakeoffError as err:
+        _fail(err)
+    out.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 def main() -> None:

@@ -1,6 +1,9 @@
 """A lean async client for OpenAI-compatible servers: one streamed request -> a timeline.
 
 Used by both the probes and the load generator, so both see exactly what the server sent.
+The stream parser is on the benchmark's hot path (bench/client_ceiling.py measures it): one
+split per network read, not per line; ``orjson`` when installed; logprobs only looked at when
+present.
 """
 
 from __future__ import annotations
@@ -12,10 +15,25 @@ from typing import Any
 
 import aiohttp
 
+try:  # optional speed-up; same results
+    import orjson
+
+    _loads = orjson.loads
+    _DECODE_ERRORS: tuple[type[Exception], ...] = (orjson.JSONDecodeError, ValueError)
+except ImportError:  # pragma: no cover - depends on the environment
+    _loads = json.loads
+    _DECODE_ERRORS = (ValueError,)
+
+_perf = time.perf_counter
+
 
 @dataclass
 class Result:
-    """What one request produced. Times are ``time.perf_counter()`` seconds."""
+    """What one request produced. Times are ``time.perf_counter()`` seconds.
+
+    ``first_token``/``last_token``: arrival of the first/last chunk that carried text.
+    ``end``: the stream finished (``[DONE]`` or failure). ``chunk_times``: every text chunk.
+    """
 
     start: float = 0.0
     first_token: float | None = None
@@ -28,6 +46,7 @@ class Result:
     completion_tokens: int | None = None
     finish_reason: str | None = None
     error: str | None = None
+    last_token: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -35,12 +54,19 @@ class Result:
 
 
 def new_session(limit: int = 0, timeout_s: float = 120) -> aiohttp.ClientSession:
-    conn = aiohttp.TCPConnector(limit=limit, ttl_dns_cache=300, force_close=False)
-    return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=timeout_s))
+    """One session per run: pooled keep-alive connections, no per-host limit by default."""
+    conn = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300, force_close=False)
+    return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=timeout_s),
+                                 json_serialize=_dumps)
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"))
 
 
 def chat_body(messages: list[dict], *, max_tokens: int, top_logprobs: int = 0, model: str | None = None,
               stream: bool = True, extra: dict | None = None) -> dict:
+    """A greedy chat request. ``top_logprobs`` < 0 asks for no logprobs at all."""
     body: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "seed": 0, "stream": stream}
     if model:
         body["model"] = model
@@ -58,11 +84,14 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: dict, *
     """POST ``body`` with ``stream: true`` and collect the events (see ``_stream_once``).
 
     A pooled keep-alive connection the server already closed fails before anything was sent;
-    that, and only that, is retried once on a fresh connection.
+    that, and only that, is retried once on a fresh connection (the timeline keeps the first
+    attempt's start, so a retry never makes a request look faster).
     """
     res = await _stream_once(session, url, body, api)
     if res.error and res.error.startswith("stale:"):
+        start = res.start
         res = await _stream_once(session, url, body, api)
+        res.start = start
     if res.error and res.error.startswith("stale:"):
         res.error = res.error[len("stale:"):]
     return res
@@ -71,12 +100,14 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: dict, *
 async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict, api: str) -> Result:
     """POST ``body`` to ``url`` with ``stream: true`` and collect the server-sent events.
 
-    A request that fails at any point, mid-stream included, has ``error`` set: it is never
-    counted as a (fast) success.
+    A request that fails at any point, mid-stream included (connection dropped, no
+    ``[DONE]``, an error event, an unparsable event), has ``error`` set: it is never counted
+    as a (fast) success.
     """
     res = Result(logprobs_requested=bool(body.get("logprobs")))
-    res.start = time.perf_counter()
+    res.start = _perf()
     parts: list[str] = []
+    chat = api == "chat"
     try:
         try:
             ctx = await session.post(url, json=body)
@@ -89,35 +120,79 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict, api
                 return res
             done = False
             buf = b""
+            times = res.chunk_times
             async for chunk in resp.content.iter_any():
-                now = time.perf_counter()
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    line = line.strip()
-                    if not line.startswith(b"data:"):
+                now = _perf()
+                if buf:
+                    chunk = buf + chunk
+                lines = chunk.split(b"\n")
+                buf = lines.pop()  # an incomplete last line waits for the next read
+                for line in lines:
+                    if line[:5] != b"data:":
                         continue
                     payload = line[5:].strip()
                     if payload == b"[DONE]":
                         done = True
                         continue
-                    _absorb(res, json.loads(payload), parts, now, api)
-            if not done:
+                    event = _loads(payload)
+                    choices = event.get("choices")
+                    if choices and len(choices) == 1 and "error" not in event:
+                        # fast path: one choice, the usual shape
+                        c = choices[0]
+                        if chat:
+                            delta = c.get("delta")
+                            piece = delta.get("content") if delta else None
+                        else:
+                            piece = c.get("text")
+                        if c.get("logprobs"):
+                            _absorb_logprobs(res, c["logprobs"])
+                        if piece:
+                            if res.first_token is None:
+                                res.first_token = now
+                            times.append(now)
+                            parts.append(piece)
+                        if c.get("finish_reason"):
+                            res.finish_reason = c["finish_reason"]
+                        if event.get("usage"):
+                            _absorb_usage(res, event["usage"])
+                    else:
+                        _absorb(res, event, parts, now, api)
+            if not done and res.finish_reason is None:
+                # no [DONE] and no finish_reason: cut off (transformers serve sends no [DONE],
+                # but a choice that reported its finish_reason is complete)
                 res.error = "stream ended without [DONE]"
-    except (aiohttp.ClientError, TimeoutError, json.JSONDecodeError, ValueError) as err:
+    except (aiohttp.ClientError, TimeoutError, KeyError, TypeError, AttributeError, *_DECODE_ERRORS) as err:
         res.error = f"{type(err).__name__}: {err}"
-    res.end = time.perf_counter()
+    res.end = _perf()
     res.text = "".join(parts)
+    if res.chunk_times:
+        res.last_token = res.chunk_times[-1]
     return res
 
 
+def _absorb_usage(res: Result, usage: dict) -> None:
+    res.prompt_tokens = usage.get("prompt_tokens")
+    res.completion_tokens = usage.get("completion_tokens")
+
+
+def _absorb_logprobs(res: Result, lp) -> None:
+    if not isinstance(lp, dict):
+        return
+    content = lp.get("content")
+    if content:
+        res.tokens.extend(content)
+    elif lp.get("tokens"):  # completions-style logprobs
+        for tok, tlp in zip(lp["tokens"], lp.get("token_logprobs") or [None] * len(lp["tokens"])):
+            res.tokens.append({"token": tok, "logprob": tlp, "top_logprobs": []})
+
+
 def _absorb(res: Result, event: dict, parts: list[str], now: float, api: str) -> None:
+    """The general (slow) path: error events, usage-only events, several choices."""
     if "error" in event:
         raise ValueError(f"server error event: {str(event['error'])[:200]}")
     usage = event.get("usage")
     if usage:
-        res.prompt_tokens = usage.get("prompt_tokens")
-        res.completion_tokens = usage.get("completion_tokens")
+        _absorb_usage(res, usage)
     for choice in event.get("choices") or ():
         if api == "chat":
             delta = choice.get("delta") or {}
@@ -126,12 +201,7 @@ def _absorb(res: Result, event: dict, parts: list[str], now: float, api: str) ->
             piece = choice.get("text") or ""
         lp = choice.get("logprobs")
         if lp:
-            content = lp.get("content") if isinstance(lp, dict) else None
-            if content:
-                res.tokens.extend(content)
-            elif isinstance(lp, dict) and lp.get("tokens"):  # completions-style logprobs
-                for tok, tlp in zip(lp["tokens"], lp.get("token_logprobs") or [None] * len(lp["tokens"])):
-                    res.tokens.append({"token": tok, "logprob": tlp, "top_logprobs": []})
+            _absorb_logprobs(res, lp)
         if piece:
             if res.first_token is None:
                 res.first_token = now
@@ -141,6 +211,38 @@ def _absorb(res: Result, event: dict, parts: list[str], now: float, api: str) ->
             res.finish_reason = choice["finish_reason"]
 
 
+async def tokenize_ids(session: aiohttp.ClientSession, base_url: str, text: str) -> list[int] | None:
+    """Token ids by the server's own tokenizer, where it offers one (llama.cpp, vLLM, SGLang)."""
+    for body in ({"content": text}, {"prompt": text}):
+        try:
+            async with session.post(base_url + "/tokenize", json=body) as resp:
+                if resp.status != 200:
+                    continue
+                data = await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        toks = data.get("tokens") if isinstance(data, dict) else None
+        if isinstance(toks, list) and all(isinstance(t, int) for t in toks):
+            return toks
+    return None
+
+
+async def detokenize(session: aiohttp.ClientSession, base_url: str, ids: list[int]) -> str | None:
+    """Text of token ``ids`` by the server (llama.cpp answers ``content``, vLLM ``prompt``)."""
+    try:
+        async with session.post(base_url + "/detokenize", json={"tokens": ids}) as resp:
+            if resp.status != 200:
+                return None
+            data = await resp.json(content_type=None)
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None
+    if isinstance(data, dict):
+        for key in ("content", "prompt", "text"):
+            if isinstance(data.get(key), str):
+                return data[key]
+    return None
+
+
 async def tokenize(session: aiohttp.ClientSession, base_url: str, text: str) -> int | None:
     """Count tokens with the server's own tokenizer, where it offers one (llama.cpp, vLLM, SGLang)."""
     for path, body in (("/tokenize", {"content": text}), ("/tokenize", {"prompt": text})):
@@ -148,12 +250,12 @@ async def tokenize(session: aiohttp.ClientSession, base_url: str, text: str) -> 
             async with session.post(base_url + path, json=body) as resp:
                 if resp.status != 200:
                     continue
-                data = await resp.json()
+                data = await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
-        toks = data.get("tokens")
+        toks = data.get("tokens") if isinstance(data, dict) else None
         if isinstance(toks, list):
             return len(toks)
-        if isinstance(data.get("count"), int):
+        if isinstance(data, dict) and isinstance(data.get("count"), int):
             return data["count"]
     return None

@@ -15,7 +15,7 @@ import itertools
 import json
 from dataclasses import dataclass
 
-from bakeoff.spec import Spec, Value, render
+from bakeoff.spec import Model, Spec, Value, render
 
 
 @dataclass(frozen=True)
@@ -73,13 +73,22 @@ def pruned_by(planned: Planned, bad: dict[tuple[str, str], str], force: list[str
 
 
 def axis_env_and_args(spec: Spec, config: dict[str, Value]) -> tuple[list[str], dict[str, str]]:
-    """Render a configuration into argv fragments (flag axes) and env entries (env axes)."""
+    """Render a configuration into argv fragments (flag axes) and env entries (env axes).
+    A model axis renders into neither: see ``model_of``."""
     args: list[str] = []
     env: dict[str, str] = {}
     for axis in spec.axes:
         value = config[axis.name]
         if axis.flag is not None:
             args += axis.argv(value)
-        else:
+        elif axis.env is not None:
             env[axis.env] = render(value)
     return args, env
+
+
+def model_of(spec: Spec, config: dict[str, Value], default: str) -> str:
+    """The model path this configuration serves: a model axis's value, else ``default``."""
+    for axis in spec.axes:
+        if axis.model:
+            return Model(path=render(config[axis.name])).resolve()
+    return default

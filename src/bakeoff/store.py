@@ -1,6 +1,7 @@
 """SQLite store, one file per sweep directory: the sweep, its trials, their artifacts.
 
-Writes are transactional (WAL). The schema is versioned from the first release: a store written
+Writes are transactional (WAL). Nothing secret is written: every row and artifact goes through
+``bakeoff.redact`` on its way in. The schema is versioned from the first release: a store written
 by a newer bakeoff fails clearly instead of being misread. One ``bakeoff run`` at a time holds
 the directory's lock.
 """
@@ -12,11 +13,13 @@ import json
 import os
 import sqlite3
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from bakeoff.errors import StoreError
+from bakeoff.redact import redact_env, redact_obj, redact_text
 
 SCHEMA_VERSION = 1
 
@@ -148,9 +151,20 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    @contextmanager
+    def _tx(self):
+        """One write transaction (BEGIN IMMEDIATE .. COMMIT); rolled back on any exception."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
+
     def _migrate(self) -> None:
-        with self.db:
-            self.db.executescript(_SCHEMA)
+        self.db.executescript(_SCHEMA)
+        with self._tx():
             row = self.db.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
                 self.db.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -161,10 +175,10 @@ class Store:
 
     # -- sweep -----------------------------------------------------------------------------
     def init_sweep(self, name: str, spec: dict, fingerprint: dict) -> None:
-        with self.db:
+        with self._tx():
             self.db.execute(
                 "INSERT OR IGNORE INTO sweep VALUES (1, ?, ?, ?, ?)",
-                (name, json.dumps(spec), json.dumps(fingerprint), time.time()),
+                (name, json.dumps(redact_obj(spec)), json.dumps(redact_obj(fingerprint)), time.time()),
             )
 
     def sweep(self) -> dict | None:
@@ -173,24 +187,45 @@ class Store:
             return None
         return {"name": row["name"], "spec": json.loads(row["spec"]), "fingerprint": json.loads(row["fingerprint"]), "created": row["created"]}
 
+    # -- progress (what the running bakeoff is doing now; for watchers and tests) ----------
+    def set_progress(self, trial_key: str | None, phase: str) -> None:
+        value = json.dumps({"trial": trial_key, "phase": phase, "pid": os.getpid(), "t": time.time()})
+        with self._tx():
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('progress', ?)", (value,))
+
+    def progress(self) -> dict | None:
+        row = self.db.execute("SELECT value FROM meta WHERE key='progress'").fetchone()
+        return json.loads(row["value"]) if row else None
+
     # -- trials ----------------------------------------------------------------------------
     def add_trial(self, rec: TrialRecord) -> TrialRecord:
         """Insert a planned trial unless one with that key exists; return the stored one."""
-        with self.db:
+        with self._tx():
             existing = self.get(rec.key)
             if existing is not None:
                 return existing
             self._write(rec)
         return rec
 
+    def add_trials(self, recs: list[TrialRecord]) -> None:
+        """Insert every planned trial not stored yet, all in one transaction."""
+        with self._tx():
+            for rec in recs:
+                if self.get(rec.key) is None:
+                    self._write(rec)
+
     def save(self, rec: TrialRecord) -> None:
-        with self.db:
+        with self._tx():
             self._write(rec)
 
     def _write(self, rec: TrialRecord) -> None:
         d = rec.__dict__.copy()
+        d["env"] = redact_env(d["env"])
+        for f in ("detail", "cause"):
+            if d[f]:
+                d[f] = redact_text(d[f])
         for f in _JSON_FIELDS:
-            d[f] = json.dumps(d[f])
+            d[f] = json.dumps(redact_obj(d[f]))
         cols = ", ".join(d)
         marks = ", ".join(f":{k}" for k in d)
         self.db.execute(f"INSERT OR REPLACE INTO trials ({cols}) VALUES ({marks})", d)
@@ -204,8 +239,8 @@ class Store:
 
     # -- artifacts -------------------------------------------------------------------------
     def put_artifact(self, trial_key: str, name: str, data: Any) -> None:
-        with self.db:
-            self.db.execute("INSERT OR REPLACE INTO artifacts VALUES (?, ?, ?)", (trial_key, name, json.dumps(data)))
+        with self._tx():
+            self.db.execute("INSERT OR REPLACE INTO artifacts VALUES (?, ?, ?)", (trial_key, name, json.dumps(redact_obj(data))))
 
     def artifact(self, trial_key: str, name: str) -> Any:
         row = self.db.execute("SELECT data FROM artifacts WHERE trial_key=? AND name=?", (trial_key, name)).fetchone()

@@ -6,6 +6,7 @@ result, not an exception: ``run`` returns a finished record for every outcome ex
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ import httpx
 from bakeoff import bench, probes
 from bakeoff.engines.base import Engine, LaunchContext
 from bakeoff.hosts.base import Handle, Host
-from bakeoff.plan import Planned, axis_env_and_args
+from bakeoff.plan import Planned, axis_env_and_args, model_of
 from bakeoff.redact import redact_env, remember
 from bakeoff.spec import Spec
 from bakeoff.store import Store, TrialRecord
@@ -49,6 +50,7 @@ class ReadyOutcome:
 def build_launch(spec: Spec, engine: Engine, planned: Planned, port: int, model_path: str) -> Launch:
     """The exact argv and env of one configuration (what `bakeoff plan` prints)."""
     axis_args, axis_env = axis_env_and_args(spec, planned.config)
+    model_path = model_of(spec, planned.config, model_path)
     ctx = LaunchContext(model=model_path, host=spec.server.host, port=port, args=list(spec.server.args),
                         axis_args=axis_args, served_model_name=spec.model.name)
     return Launch(engine.command(ctx), {**spec.server.env, **axis_env}, port)
@@ -62,6 +64,14 @@ class TrialRunner:
         self.model_path = model_path
         self.progress = progress or (lambda phase, line: None)
         self.should_stop = should_stop
+        self._current: Handle | None = None
+
+    def abort_current(self) -> None:
+        """Ctrl-C: stop the running trial's server now (from a thread, so the signal handler
+        returns at once); probe/bench then fail fast and ``run`` saves the trial as interrupted."""
+        handle = self._current
+        if handle is not None:
+            threading.Thread(target=self.host.stop, args=(handle, 5.0), name="abort-trial", daemon=True).start()
 
     # -- the steps ---------------------------------------------------------------------------
     def launch(self, rec: TrialRecord, planned: Planned) -> tuple[TrialRecord, Handle, Launch]:
@@ -122,15 +132,16 @@ class TrialRunner:
     def probe(self, base_url: str, baseline: dict | None) -> tuple[probes.ProbeOutcome, dict]:
         """Run the probe set three ways and judge it (against the baseline's answers when given)."""
         self.progress("probe", "")
-        collected = probes.run_probes(base_url, self.spec.probes, model=self.spec.model.name,
-                                      ctx_size=_ctx_size(self.spec.server.args), timeout_s=self.spec.server.request_timeout_s)
+        collected = probes.run_probes(base_url, self.spec.probes, model=self._request_model(),
+                                      ctx_size=_ctx_size(self.spec.server.args), timeout_s=self.spec.server.request_timeout_s,
+                                      expect_logprobs=self.engine.supports_logprobs)
         outcome = probes.judge(collected, self.spec.probes, baseline, expect_logprobs=self.engine.supports_logprobs)
         return outcome, collected
 
     def bench(self, base_url: str) -> list[dict]:
         """Run the load levels; each level says whether its responses passed the detectors."""
         self.progress("bench", "")
-        levels = bench.run(base_url, self.spec.bench, model=self.spec.model.name,
+        levels = bench.run(base_url, self.spec.bench, model=self._request_model(),
                            ignore_eos=self.engine.supports_ignore_eos, timeout_s=self.spec.server.request_timeout_s * 4,
                            expect_logprobs=self.engine.supports_logprobs)
         return [lv.to_json() for lv in levels]
@@ -140,23 +151,33 @@ class TrialRunner:
         self.progress("teardown", "")
         self.host.stop(handle)
         waiter = getattr(self.host, "wait_port_free", None)
-        return waiter(port) if waiter else self.host.port_is_free(port)
+        free = waiter(port) if waiter else self.host.port_is_free(port)
+        gpu_waiter = getattr(self.host, "wait_gpu_free", None)
+        if gpu_waiter is not None and not gpu_waiter({handle.pid}):
+            self.progress("teardown", f"GPU memory of pid {handle.pid} still held after stop")
+        return free
 
     # -- the whole trial ---------------------------------------------------------------------
     def run(self, rec: TrialRecord, planned: Planned, baseline: dict | None) -> TrialRecord:
         rec, handle, launch = self.launch(rec, planned)
+        self._current = handle
         base_url = f"http://{self._client_host()}:{launch.port}"
         try:
             ready = self.wait_ready(handle, launch.port)
             if not ready.ready:
+                self._check_stop()
                 return self._failed_start(rec, handle, ready)
             outcome, collected = self.probe(base_url, baseline)
+            self._check_stop()
             self.store.put_artifact(rec.key, "probes", probes.results_to_json(collected))
             if not outcome.passed:
                 return rec.with_(state="finished", verdict="wrong", cause=outcome.detector,
-                                 detail=outcome.detail, evidence=[outcome.detail], phases=ready.phases,
-                                 metrics={"probe": outcome.values, "failed_mode": outcome.failed_mode}, finished=time.time())
+                                 detail=f"wrong in {outcome.failed_mode} mode ({outcome.detector}): {outcome.detail}",
+                                 evidence=outcome.evidence or [outcome.detail], phases=ready.phases,
+                                 metrics={"probe": outcome.values, "failed_mode": outcome.failed_mode,
+                                          "detector": outcome.detector}, finished=time.time())
             levels = self.bench(base_url)
+            self._check_stop()
             invalid = [lv for lv in levels if not lv["valid"]]
             metrics = {"probe": outcome.values, "levels": levels, **bench.headline(levels)}
             if invalid:
@@ -166,12 +187,27 @@ class TrialRunner:
                                  phases=ready.phases, metrics=metrics, finished=time.time())
             return rec.with_(state="finished", verdict="ok", detail=outcome.detail, phases=ready.phases,
                              metrics=metrics, finished=time.time())
-        except Interrupted:
-            return rec.with_(state="running", verdict="interrupted", detail="stopped by Ctrl-C", finished=time.time())
+        except Exception as err:
+            # Ctrl-C killed the server under probe/bench, which may then fail any way it likes
+            if not (isinstance(err, Interrupted) or self.should_stop()):
+                raise
+            return rec.with_(state="pending", verdict="interrupted", detail="stopped by Ctrl-C; `bakeoff run` again resumes it",
+                             finished=time.time())
         finally:
+            self._current = None
             port_free = self.teardown(handle, launch.port)
             if not port_free:
                 self.progress("teardown", f"port {launch.port} still busy after stop")
+
+    def _request_model(self) -> str | None:
+        """The ``model`` field the client sends: the served name, unless the engine says
+        otherwise (``transformers serve`` pinned to one model wants it omitted)."""
+        pick = getattr(self.engine, "request_model", None)
+        return pick(self.spec.model.name) if pick else self.spec.model.name
+
+    def _check_stop(self) -> None:
+        if self.should_stop():
+            raise Interrupted()
 
     def _failed_start(self, rec: TrialRecord, handle: Handle, ready: ReadyOutcome) -> TrialRecord:
         log = self.host.read_log(handle)

@@ -35,6 +35,7 @@ class TransformersServe(HelpValidated, Engine):
     allow_abbrev = False  # click/typer: no prefixes of long options
     health_paths = ("/health", "/v1/models")
     supports_ignore_eos = False
+    supports_logprobs = False  # serve ignores logprobs/top_logprobs (UNUSED_CHAT_COMPLETION_FIELDS, 5.19)
     ready_pattern = r"Uvicorn running on|Application startup complete"
     phases = (
         Phase("start_http", r"Started server process"),

