@@ -20,6 +20,7 @@ install: $(BIN)/python
 
 install-test: install
 	$(BIN)/pip install -q -e '.[llamacpp,test]'
+	bash scripts/setup_vllm.sh
 
 demo: install
 	$(BIN)/bakeoff run examples/smollm2.toml

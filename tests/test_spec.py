@@ -85,7 +85,7 @@ def test_duplicate_axis(tmp_path):
 
 def test_axis_needs_flag_or_env(tmp_path):
     text = BASE.replace('env = "OMP_NUM_THREADS"\n', "")
-    with pytest.raises(SpecError, match="exactly one of 'flag' or 'env'"):
+    with pytest.raises(SpecError, match="exactly one of 'flag', 'env'"):
         load_text(tmp_path, text)
 
 

@@ -199,8 +199,8 @@ def test_llamacpp_sweep_through_sshd(sshd, tmp_path):
                    "startup_timeout_s": 180, "hang_timeout_s": 90, "request_timeout_s": 300},
         "axes": [{"name": "flash_attn", "flag": "--flash-attn", "values": ["off", "on"]}],
         "plan": {"strategy": "ofat"},
-        "probes": {"max_tokens": 16, "concurrency": 1, "long_prompt_tokens": 256},
-        "bench": {"concurrency": [1], "requests_per_level": 3, "input_tokens": 32, "output_tokens": 16},
+        "probes": {"max_tokens": 16, "concurrency": 0, "long_prompt_tokens": 256},
+        "bench": {"concurrency": [1], "requests_per_level": 2, "warmup_requests": 0, "input_tokens": 32, "output_tokens": 16},
     })
     out = tmp_path / "run"
     seen: list[dict] = []

@@ -53,7 +53,9 @@ def build_launch(spec: Spec, engine: Engine, planned: Planned, port: int, model_
     model_path = model_of(spec, planned.config, model_path)
     ctx = LaunchContext(model=model_path, host=spec.server.host, port=port, args=list(spec.server.args),
                         axis_args=axis_args, served_model_name=spec.model.name)
-    return Launch(engine.command(ctx), {**spec.server.env, **axis_env}, port)
+    defaults = getattr(engine, "default_env", None)  # an engine's env needs; the spec wins
+    env = {**(defaults(ctx) if defaults else {}), **spec.server.env, **axis_env}
+    return Launch(engine.command(ctx), env, port)
 
 
 class TrialRunner:
@@ -233,7 +235,8 @@ class TrialRunner:
 
     def _client_host(self) -> str:
         h = self.spec.server.host
-        return "127.0.0.1" if h in ("0.0.0.0", "::", "") else getattr(self.host, "client_address", None) or h
+        remote = getattr(self.host, "client_address", None)
+        return remote or ("127.0.0.1" if h in ("0.0.0.0", "::", "") else h)
 
 
 def _ctx_size(args: list[str]) -> int | None:

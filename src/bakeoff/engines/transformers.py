@@ -13,7 +13,14 @@ Flags of interest for axes: ``--host``/``--port``, ``--attn-implementation TEXT`
 
 argv: ``[transformers, serve, MODEL, --host, H, --port, P, *args, *axis_args]``; ``transformers``
 is engine option ``binary``, else the script beside ``python``, else PATH.
-Readiness: ``/health`` then ``/v1/models``. ``ignore_eos`` is not an accepted request field.
+Readiness: ``/health`` only: with FORCE_MODEL it answers 200 once the model is loaded, while
+``/v1/models`` lists only the HF hub cache (never the local dir) and answers 500 when that cache
+dir does not exist. ``ignore_eos`` is not an accepted request field; ``logprobs`` are ignored.
+Requests carry no ``model`` field (``request_model``): a pinned server refuses any name but the
+exact FORCE_MODEL string ("Server is pinned to ..."), and has no served-model-name option.
+Environment defaults (the spec's ``server.env`` wins): ``HF_HUB_DISABLE_UPDATE_CHECK=1`` (else
+the CLI asks PyPI for a newer version at every start), and ``HF_HUB_OFFLINE=1`` when the model
+is a local directory.
 """
 
 from __future__ import annotations
@@ -33,11 +40,13 @@ class TransformersServe(HelpValidated, Engine):
     kind = "transformers"
     program = "transformers serve"
     allow_abbrev = False  # click/typer: no prefixes of long options
-    health_paths = ("/health", "/v1/models")
+    health_paths = ("/health",)
     supports_ignore_eos = False
     supports_logprobs = False  # serve ignores logprobs/top_logprobs (UNUSED_CHAT_COMPLETION_FIELDS, 5.19)
     ready_pattern = r"Uvicorn running on|Application startup complete"
     phases = (
+        Phase("load_model", r"\[transformers\] Loading \S+@"),  # FORCE_MODEL, before uvicorn starts
+        Phase("load_weights", r"Loading weights"),
         Phase("start_http", r"Started server process"),
         Phase("startup", r"Waiting for application startup"),
         Phase("ready", r"Application startup complete|Uvicorn running on"),
@@ -59,6 +68,16 @@ class TransformersServe(HelpValidated, Engine):
     def command(self, ctx: LaunchContext) -> list[str]:
         argv = [self._binary(), "serve", ctx.model, "--host", ctx.host, "--port", str(ctx.port)]
         return argv + [str(a) for a in ctx.args] + [str(a) for a in ctx.axis_args]
+
+    def request_model(self, served_name: str | None) -> str | None:
+        """Send no ``model`` field: the pinned server takes the request as for its FORCE_MODEL."""
+        return None
+
+    def default_env(self, ctx: LaunchContext) -> dict[str, str]:
+        env = {"HF_HUB_DISABLE_UPDATE_CHECK": "1"}
+        if Path(ctx.model).expanduser().is_dir():
+            env["HF_HUB_OFFLINE"] = "1"
+        return env
 
     def help_argvs(self) -> list[list[str]]:
         if not self.binary and importlib.util.find_spec("transformers") is None:

@@ -135,6 +135,7 @@ def launch_script(argv: list[str], env: dict[str, str], log: str, cwd: str) -> s
     q = shlex.quote
     rc, pidf = log + ".rc", log + ".pid"
     lines = [
+        "exec 2>&1",  # errors come back in the answer
         f"mkdir -p {q(str(PurePosixPath(log).parent))} || exit 97",
         f"rm -f {q(rc)} {q(pidf)}",
         f"cd {q(cwd)} || exit 98",
@@ -181,7 +182,7 @@ class SSHHost(Host):
         """``ssh`` and its options up to (and including) the destination."""
         o = self.opts
         argv = ["ssh", *o.ssh_options, "-p", str(o.port), "-o", "BatchMode=yes",
-                "-o", f"ConnectTimeout={int(o.connect_timeout)}", "-o", "StrictHostKeyChecking=accept-new",
+                "-o", f"ConnectTimeout={max(1, round(o.connect_timeout))}", "-o", "StrictHostKeyChecking=accept-new",
                 "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=3", "-o", "LogLevel=ERROR"]
         if o.identity_file:
             argv += ["-i", os.path.expanduser(o.identity_file), "-o", "IdentitiesOnly=yes"]

