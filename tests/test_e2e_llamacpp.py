@@ -101,5 +101,5 @@ def test_plan_prints_argv_and_launches_nothing():
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("# trial") == 3
-    assert "--cache-type-v q8_0" in proc.stdout and "OMP_NUM_THREADS=2" in proc.stdout
+    assert "--cache-type-v q8_0" in proc.stdout and "OMP_NUM_THREADS=1" in proc.stdout
     assert set(_servers()) <= before
