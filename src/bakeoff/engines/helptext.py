@@ -18,6 +18,8 @@ from __future__ import annotations
 import functools
 import re
 import subprocess
+import shutil
+import sys
 from pathlib import Path
 
 from bakeoff.engines.base import suggest
@@ -143,6 +145,30 @@ def installed_flags(*argvs: list[str], timeout: float = 120) -> dict[str, list[s
         if len([f for f in flags if f.startswith("--")]) >= 3:
             return flags
     return {}
+
+
+def console_script(name: str, python: str, binary: str | None = None) -> str:
+    """An engine's console script: ``binary`` if given, else the one beside ``python``, else PATH."""
+    if binary:
+        return binary
+    beside = Path(python).with_name(name)
+    if beside.is_file():
+        return str(beside)
+    return shutil.which(name) or name
+
+
+class ScriptEngine:
+    """Mixin for engines started by a console script of a Python package (options: python, binary, help_text)."""
+
+    script: str = ""
+
+    def __init__(self, python: str | None = None, binary: str | None = None, help_text: str | None = None) -> None:
+        self.python = python or sys.executable
+        self.binary = binary
+        self.help_text = help_text
+
+    def _binary(self) -> str:
+        return console_script(self.script, self.python, self.binary)
 
 
 class HelpValidated:

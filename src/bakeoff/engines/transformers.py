@@ -27,17 +27,16 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import shutil
-import sys
 from pathlib import Path
 
 from bakeoff.engines.base import Engine, LaunchContext, Phase, register
-from bakeoff.engines.helptext import HelpValidated
+from bakeoff.engines.helptext import HelpValidated, ScriptEngine
 
 
 @register
-class TransformersServe(HelpValidated, Engine):
+class TransformersServe(ScriptEngine, HelpValidated, Engine):
     kind = "transformers"
+    script = "transformers"
     program = "transformers serve"
     allow_abbrev = False  # click/typer: no prefixes of long options
     health_paths = ("/health",)
@@ -51,19 +50,6 @@ class TransformersServe(HelpValidated, Engine):
         Phase("startup", r"Waiting for application startup"),
         Phase("ready", r"Application startup complete|Uvicorn running on"),
     )
-
-    def __init__(self, python: str | None = None, binary: str | None = None, help_text: str | None = None) -> None:
-        self.python = python or sys.executable
-        self.binary = binary
-        self.help_text = help_text
-
-    def _binary(self) -> str:
-        if self.binary:
-            return self.binary
-        beside = Path(self.python).with_name("transformers")
-        if beside.is_file():
-            return str(beside)
-        return shutil.which("transformers") or "transformers"
 
     def command(self, ctx: LaunchContext) -> list[str]:
         argv = [self._binary(), "serve", ctx.model, "--host", ctx.host, "--port", str(ctx.port)]

@@ -16,16 +16,15 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import shutil
-import sys
-from pathlib import Path
 
 from bakeoff.engines.base import Engine, LaunchContext, Phase, register
-from bakeoff.engines.helptext import HelpValidated
+from bakeoff.engines.helptext import HelpValidated, ScriptEngine
 
 
 @register
-class TensorRTLLM(HelpValidated, Engine):
+class TensorRTLLM(ScriptEngine, HelpValidated, Engine):
     kind = "trtllm"
+    script = "trtllm-serve"
     program = "trtllm-serve"
     allow_abbrev = False
     health_paths = ("/health", "/v1/models")
@@ -37,19 +36,6 @@ class TensorRTLLM(HelpValidated, Engine):
         Phase("start_http", r"Started server process"),
         Phase("ready", r"Uvicorn running on|Application startup complete"),
     )
-
-    def __init__(self, python: str | None = None, binary: str | None = None, help_text: str | None = None) -> None:
-        self.python = python or sys.executable
-        self.binary = binary
-        self.help_text = help_text
-
-    def _binary(self) -> str:
-        if self.binary:
-            return self.binary
-        beside = Path(self.python).with_name("trtllm-serve")
-        if beside.is_file():
-            return str(beside)
-        return shutil.which("trtllm-serve") or "trtllm-serve"
 
     def command(self, ctx: LaunchContext) -> list[str]:
         argv = [self._binary(), ctx.model, "--host", ctx.host, "--port", str(ctx.port)]

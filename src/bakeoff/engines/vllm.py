@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import shutil
 import sys
-from pathlib import Path
 
 from bakeoff.engines.base import Engine, LaunchContext, Phase, register
-from bakeoff.engines.helptext import HelpValidated
+from bakeoff.engines.helptext import HelpValidated, console_script
 from bakeoff.errors import SpecError
 
 ENTRYPOINTS = ("cli", "module")
@@ -56,12 +54,7 @@ class VLLM(HelpValidated, Engine):
         self.help_text = help_text
 
     def _vllm_binary(self) -> str:
-        if self.binary:
-            return self.binary
-        beside = Path(self.python).with_name("vllm")
-        if beside.is_file():
-            return str(beside)
-        return shutil.which("vllm") or "vllm"
+        return console_script("vllm", self.python, self.binary)
 
     def _prefix(self) -> list[str]:
         if self.entrypoint == "module":
