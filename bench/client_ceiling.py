@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from bakeoff import bench, benchtools  # noqa: E402
+from bakeoff import benchtools  # noqa: E402
 from bakeoff.spec import Bench  # noqa: E402
 
 BAKEOFF_RUN = """

@@ -15,13 +15,12 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from bakeoff.engines.base import LaunchContext, get_engine
 from bakeoff.store import Store
-from test_vllm_cpu import HF_MODEL, REPO, VENV_PY, _servers, _tagged, absolute_spec
+from test_vllm_cpu import HF_MODEL, REPO, VENV_PY, _tagged, absolute_spec
 
 EXAMPLE = REPO / "examples" / "transformers-cpu.toml"
 SERVER_MARK = "transformers serve"
