@@ -211,8 +211,8 @@ def _absorb(res: Result, event: dict, parts: list[str], now: float, api: str) ->
             res.finish_reason = choice["finish_reason"]
 
 
-async def tokenize_ids(session: aiohttp.ClientSession, base_url: str, text: str) -> list[int] | None:
-    """Token ids by the server's own tokenizer, where it offers one (llama.cpp, vLLM, SGLang)."""
+async def _tokenize_answer(session: aiohttp.ClientSession, base_url: str, text: str) -> dict | None:
+    """The server's ``/tokenize`` answer (llama.cpp takes ``content``, vLLM/SGLang ``prompt``)."""
     for body in ({"content": text}, {"prompt": text}):
         try:
             async with session.post(base_url + "/tokenize", json=body) as resp:
@@ -221,9 +221,17 @@ async def tokenize_ids(session: aiohttp.ClientSession, base_url: str, text: str)
                 data = await resp.json(content_type=None)
         except (aiohttp.ClientError, TimeoutError, ValueError):
             return None
-        toks = data.get("tokens") if isinstance(data, dict) else None
-        if isinstance(toks, list) and all(isinstance(t, int) for t in toks):
-            return toks
+        if isinstance(data, dict) and (isinstance(data.get("tokens"), list) or isinstance(data.get("count"), int)):
+            return data
+    return None
+
+
+async def tokenize_ids(session: aiohttp.ClientSession, base_url: str, text: str) -> list[int] | None:
+    """Token ids by the server's own tokenizer, where it offers one (llama.cpp, vLLM, SGLang)."""
+    data = await _tokenize_answer(session, base_url, text)
+    toks = data.get("tokens") if data else None
+    if isinstance(toks, list) and all(isinstance(t, int) for t in toks):
+        return toks
     return None
 
 
@@ -245,17 +253,9 @@ async def detokenize(session: aiohttp.ClientSession, base_url: str, ids: list[in
 
 async def tokenize(session: aiohttp.ClientSession, base_url: str, text: str) -> int | None:
     """Count tokens with the server's own tokenizer, where it offers one (llama.cpp, vLLM, SGLang)."""
-    for path, body in (("/tokenize", {"content": text}), ("/tokenize", {"prompt": text})):
-        try:
-            async with session.post(base_url + path, json=body) as resp:
-                if resp.status != 200:
-                    continue
-                data = await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return None
-        toks = data.get("tokens") if isinstance(data, dict) else None
-        if isinstance(toks, list):
-            return len(toks)
-        if isinstance(data, dict) and isinstance(data.get("count"), int):
-            return data["count"]
-    return None
+    data = await _tokenize_answer(session, base_url, text)
+    if data is None:
+        return None
+    if isinstance(data.get("tokens"), list):
+        return len(data["tokens"])
+    return data["count"]
