@@ -12,15 +12,11 @@ trial may fail with missing_logprobs or an HTTP 400.
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
-import time
 
 import pytest
 
 from bakeoff.engines.base import LaunchContext, get_engine
-from bakeoff.store import Store
-from test_vllm_cpu import HF_MODEL, REPO, VENV_PY, _tagged, absolute_spec
+from test_vllm_cpu import HF_MODEL, REPO, VENV_PY, absolute_spec, run_example_sweep
 
 EXAMPLE = REPO / "examples" / "transformers-cpu.toml"
 SERVER_MARK = "transformers serve"
@@ -54,19 +50,7 @@ def sweep(tmp_path_factory):
     assert (HF_MODEL / "model.safetensors").is_file(), f"{HF_MODEL} missing: run `bash scripts/setup_vllm.sh`"
     out = tmp_path_factory.mktemp("transformers-cpu")
     spec = absolute_spec(EXAMPLE, out)
-    before = _serve_procs()
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(out / "run")],
-                          capture_output=True, text=True, timeout=1800, cwd=out)
-    wall = time.monotonic() - t0
-    left = (_serve_procs() - before) | set(_tagged(out / "run"))
-    assert not left, f"transformers serve left running: {sorted(left)}"
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    print(f"transformers serve CPU sweep: {wall:.0f} s wall")
-    with Store(out / "run") as store:
-        trials = store.trials()
-        probes = {t.key: store.artifact(t.key, "probes") for t in trials}
-    return {"dir": out / "run", "stdout": proc.stdout, "trials": trials, "probes": probes, "wall": wall}
+    return run_example_sweep(spec, out, _serve_procs, "transformers serve")
 
 
 def test_three_trials_each_a_single_change(sweep):

@@ -62,6 +62,23 @@ def absolute_spec(example: Path, out: Path) -> Path:
     return spec
 
 
+def run_example_sweep(spec: Path, out: Path, servers, what: str) -> dict:
+    """`bakeoff run` the spec from ``out``; assert it succeeded and left no server; return what it stored."""
+    before = servers()
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(out / "run")],
+                          capture_output=True, text=True, timeout=1800, cwd=out)
+    wall = time.monotonic() - t0
+    left = (servers() - before) | set(_tagged(out / "run"))
+    assert not left, f"{what} server(s) left running: {sorted(left)}"
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    print(f"{what} sweep: {wall:.0f} s wall")
+    with Store(out / "run") as store:
+        trials = store.trials()
+        probes = {t.key: store.artifact(t.key, "probes") for t in trials}
+    return {"dir": out / "run", "stdout": proc.stdout, "trials": trials, "probes": probes, "wall": wall}
+
+
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory):
     assert VENV_PY.is_file(), f"{VENV_PY} missing: run `bash scripts/setup_vllm.sh`"
@@ -70,19 +87,7 @@ def sweep(tmp_path_factory):
     spec = absolute_spec(EXAMPLE, out)
     data = tomllib.loads(spec.read_text())
     assert data["engine_options"]["python"] == str(VENV_PY)
-    before = _servers()
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(out / "run")],
-                          capture_output=True, text=True, timeout=1800, cwd=out)
-    wall = time.monotonic() - t0
-    left = (_servers() - before) | set(_tagged(out / "run"))
-    assert not left, f"vLLM server(s) left running: {sorted(left)}"
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    print(f"vLLM CPU sweep: {wall:.0f} s wall")
-    with Store(out / "run") as store:
-        trials = store.trials()
-        probes = {t.key: store.artifact(t.key, "probes") for t in trials}
-    return {"dir": out / "run", "stdout": proc.stdout, "trials": trials, "probes": probes, "wall": wall}
+    return run_example_sweep(spec, out, _servers, "vLLM CPU")
 
 
 def test_three_trials_each_a_single_change(sweep):
