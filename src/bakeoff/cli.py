@@ -20,7 +20,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Find the fas
 console = Console(stderr=True)
 out = Console()
 
-VERDICT_STYLE = {"ok": "green", "slow": "yellow", "wrong": "red", "crashed": "red", "skipped": "dim", "interrupted": "magenta"}
 
 
 def _fail(err: BakeoffError) -> None:
