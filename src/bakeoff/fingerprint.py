@@ -177,3 +177,46 @@ def environment_fingerprint(engine_kind: str | None = None) -> dict:
     blob = json.dumps(identity, sort_keys=True, default=str).encode()
     fp["hash"] = hashlib.sha256(blob).hexdigest()[:12]
     return fp
+
+
+_MARK = "BAKEOFF-FINGERPRINT "
+
+
+def for_spec(spec, host=None) -> dict:
+    """The fingerprint of where ``spec``'s engine runs, read by the engine's own interpreter.
+
+    bakeoff's interpreter only speaks for itself: an engine in another venv (engine option
+    ``python``) or on an SSH host has its own packages, GPUs and driver. Then this module's
+    source runs there (it needs nothing beyond the standard library; NVML only when present);
+    if that fails, the local fingerprint is kept with a ``note`` saying whose versions these are.
+    """
+    python = (spec.engine_options or {}).get("python")
+    remote = spec.host.get("kind", "local") != "local"
+    if not remote and (not python or os.path.abspath(python) == os.path.abspath(sys.executable)):
+        return environment_fingerprint(spec.engine)
+    import shlex
+    import subprocess
+    from pathlib import Path
+
+    code = Path(__file__).read_text(encoding="utf-8") + (
+        f"\nprint({_MARK!r} + json.dumps(environment_fingerprint({spec.engine!r})))\n")
+    where = "the SSH host" if remote else python
+    try:
+        if remote:
+            if host is None:
+                from bakeoff.hosts.base import get_host
+
+                host = get_host(spec.host)
+            out = host.run_script(f"{shlex.quote(python or 'python3')} -c {shlex.quote(code)}\n", 60)
+        else:
+            out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=60).stdout
+        line = next((ln for ln in out.splitlines() if ln.startswith(_MARK)), None)
+        if line is None:
+            raise ValueError("it printed no fingerprint")
+        fp = json.loads(line[len(_MARK):])
+        fp["read_by"] = f"{python or 'python3'} on {'the SSH host' if remote else 'this machine'}"
+        return fp
+    except Exception as err:  # a fingerprint never stops a sweep
+        fp = environment_fingerprint(spec.engine)
+        fp["note"] = f"the engine's interpreter ({where}) could not be asked ({type(err).__name__}: {err}); these are bakeoff's own versions"
+        return fp

@@ -365,7 +365,7 @@ def render_html(store: Store) -> str:
         f'<p class="meta">Engine <code>{e(spec.get("engine"))}</code> {e(fp.get("engine_version") or "")}, model '
         f'<code>{e(model.get("name") or model.get("path"))}</code>, strategy <code>{e((spec.get("plan") or {}).get("strategy"))}</code>, '
         f"{len(trials)} trials, started {e(created)}.</p>",
-        f'<p class="meta">Hardware: {e(hw)}. Fingerprint <code>{e(fp.get("hash", "?"))}</code>.</p>',
+        f'<p class="meta">Hardware: {e(hw)}. Fingerprint <code>{e(fp.get("hash", "?"))}</code>{e(" (" + fp["note"] + ")") if fp.get("note") else ""}.</p>',
         '<div class="badges">' + "".join(f'<span style="background:{COLOURS.get(v, "#fff")}">{e(v)}: {n}</span>'
                                          for v, n in counts.items()) + "</div>",
         "<h2>Recommendation</h2>", recommendation(trials),

@@ -183,9 +183,9 @@ class KnownBad:
 def load_known_bad(paths: list[str | os.PathLike], spec: Spec, fingerprint: dict | None = None) -> KnownBad:
     """The (axis, value) pairs of ``spec`` that matching files found broken, each with its reason."""
     if fingerprint is None:
-        from bakeoff.fingerprint import environment_fingerprint
+        from bakeoff.fingerprint import for_spec
 
-        fingerprint = environment_fingerprint(spec.engine)
+        fingerprint = for_spec(spec)
     out = KnownBad()
     for path in paths:
         m = read_matrix(path)

@@ -44,7 +44,8 @@ def render(store: Store) -> str:
                  f"strategy `{(spec.get('plan') or {}).get('strategy')}`, {len(trials)} trials.")
     gpus = fp.get("gpus") or []
     hw = ", ".join(f"{g.get('name')} (sm_{g.get('compute_capability', '?')})" for g in gpus) if gpus else (fp.get("cpu") or {}).get("model", "CPU")
-    lines.append(f"Hardware: {hw}. Fingerprint `{fp.get('hash', '?')}`.")
+    ver = f", {spec.get('engine')} {fp['engine_version']}" if fp.get("engine_version") else ""
+    lines.append(f"Hardware: {hw}{ver}. Fingerprint `{fp.get('hash', '?')}`" + (f" ({fp['note']})." if fp.get("note") else "."))
     lines += ["", "## Trials", "",
               "| # | single change vs baseline | verdict | cause | output tok/s | TTFT p50 ms | vs baseline | evidence |",
               "|---|---|---|---|---|---|---|---|"]
@@ -100,6 +101,10 @@ def render(store: Store) -> str:
         lines.append(f"**{label(win)}**: {win.metrics['output_tok_s']:.1f} output tok/s"
                      + (f" ({win.metrics['output_tok_s'] / btoks:.2f}x the baseline)" if btoks else "")
                      + ", passed correctness.")
+        if win.metrics.get("unverified"):
+            lines += ["", f"**Caution:** the baseline is {base.verdict if base else 'missing'}, so this trial was not compared "
+                      "with known-good answers: it passed the absolute detectors (no NaN, garbage, or concurrency drift), "
+                      "which is weaker than matching a baseline. Fix the baseline and run again before trusting it."]
         lines += ["", "```sh", command_line(win), "```"]
         if len(ranked) > 1:
             lines += ["", "Fallbacks, fastest first:", ""]

@@ -17,7 +17,7 @@ from typing import Callable
 
 from bakeoff import report
 from bakeoff.engines.base import get_engine
-from bakeoff.fingerprint import environment_fingerprint
+from bakeoff.fingerprint import for_spec as fingerprint_for
 from bakeoff.hosts.base import Host, get_host
 from bakeoff.plan import Planned, make_plan, pruned_by
 from bakeoff.probes import results_from_json
@@ -108,6 +108,12 @@ def recover_orphans(store: Store, host: Host, events: Events) -> int:
     """
     n = 0
     for rec in store.trials():
+        if rec.is_finished() and rec.metrics.get("server_left_running"):  # its teardown could not reach the host
+            if rec.pid and host.kill_orphan(rec.pid, rec.pgid or rec.pid, rec.argv0):
+                n += 1
+                events.note(f"stopped the server trial {rec.idx} left running (pid {rec.pid})")
+            store.save(rec.with_(metrics={k: v for k, v in rec.metrics.items() if k != "server_left_running"}))
+            continue
         if rec.is_finished() or not (rec.state == "running" or rec.pid):
             continue
         if rec.pid and host.kill_orphan(rec.pid, rec.pgid or rec.pid, rec.argv0):
@@ -133,6 +139,9 @@ def _confirm_port_free(host: Host, port: int, events: Events) -> bool:
     return free
 
 
+MAX_HOST_FAILURES = 2
+
+
 def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None, executor: str | None = None,
               known_bad: dict[tuple[str, str], str] | None = None) -> Path:
     events = events or Events()
@@ -142,7 +151,7 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None, execut
     plan = make_plan(spec)
     host = make_host(spec)
     with Store(out_dir, lock=True) as store:
-        store.init_sweep(spec.name, spec.model_dump(mode="json"), environment_fingerprint(spec.engine))
+        store.init_sweep(spec.name, spec.model_dump(mode="json"), fingerprint_for(spec, host))
         recover_orphans(store, host, events)
         store.add_trials(planned_records(spec, plan, model_path))
         bad: dict[tuple[str, str], str] = dict(known_bad or {})
@@ -166,8 +175,13 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None, execut
                         on_hard_stop=getattr(host, "kill_all", lambda: None))
         with stop:
             runner = TrialRunner(spec, engine, host, store, out_dir, model_path, on_phase, stop.stopped.is_set)
+            host_failures = 0  # consecutive trials the host failed under
             for p in plan:
                 if stop.stopped.is_set():
+                    break
+                if host_failures >= MAX_HOST_FAILURES:
+                    events.note(f"stopping: the host failed {host_failures} trials in a row; the rest stay pending "
+                                "and `bakeoff run` again resumes")
                     break
                 rec = store.get(p.key)
                 if rec.is_finished():
@@ -187,11 +201,13 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None, execut
                 current[:] = [p.key, None]
                 baseline = _baseline_results(store, plan, spec)
                 rec = runner.run(rec, p, baseline if p.changed else None)
+                host_failures = host_failures + 1 if rec.verdict == "infra_error" else 0
                 rec = _judge_speed(rec, store, plan, spec)
                 store.save(rec)
                 events.trial_end(rec)
                 _learn(rec, bad)
-            store.set_progress(None, "interrupted" if stop.stopped.is_set() else "done")
+            gave_up = host_failures >= MAX_HOST_FAILURES
+            store.set_progress(None, "interrupted" if stop.stopped.is_set() else "host_failed" if gave_up else "done")
         report.write(out_dir, store)
         if stop.stopped.is_set():
             events.note("interrupted: the report shows what finished; `bakeoff run` again resumes")

@@ -16,6 +16,7 @@ import httpx
 
 from bakeoff import bench, probes
 from bakeoff.engines.base import Engine, LaunchContext
+from bakeoff.errors import InfraError
 from bakeoff.hosts.base import Handle, Host
 from bakeoff.plan import Planned, axis_env_and_args, model_of
 from bakeoff.redact import redact_env, remember
@@ -161,8 +162,30 @@ class TrialRunner:
 
     # -- the whole trial ---------------------------------------------------------------------
     def run(self, rec: TrialRecord, planned: Planned, baseline: dict | None) -> TrialRecord:
-        rec, handle, launch = self.launch(rec, planned)
+        """One trial, start to teardown. The host failing under it (an SSH connection lost,
+        say) is an ``infra_error``, not a verdict on the configuration: it is retried on resume.
+        A server the host could not stop is marked ``server_left_running``: the next run stops it."""
+        try:
+            rec, handle, launch = self.launch(rec, planned)
+        except InfraError as err:
+            return _infra_error(rec, err)
         self._current = handle
+        left_running = None
+        try:
+            result = self._judge(rec, handle, launch, planned, baseline)
+        finally:
+            self._current = None
+            try:
+                if not self.teardown(handle, launch.port):
+                    self.progress("teardown", f"port {launch.port} still busy after stop")
+            except InfraError as err:
+                left_running = str(err)
+                self.progress("teardown", f"could not stop the server: {err}")
+        if left_running:
+            result = result.with_(metrics={**result.metrics, "server_left_running": left_running})
+        return result
+
+    def _judge(self, rec: TrialRecord, handle: Handle, launch: Launch, planned: Planned, baseline: dict | None) -> TrialRecord:
         base_url = f"http://{self._client_host()}:{launch.port}"
         try:
             ready = self.wait_ready(handle, launch.port)
@@ -173,6 +196,9 @@ class TrialRunner:
             self._check_stop()
             self.store.put_artifact(rec.key, "probes", probes.results_to_json(collected))
             if not outcome.passed:
+                died = self._died_serving(rec, handle, ready, "probe")
+                if died:
+                    return died
                 return rec.with_(state="finished", verdict="wrong", cause=outcome.detector,
                                  detail=f"wrong in {outcome.failed_mode} mode ({outcome.detector}): {outcome.detail}",
                                  evidence=outcome.evidence or [outcome.detail], phases=ready.phases,
@@ -182,24 +208,29 @@ class TrialRunner:
             self._check_stop()
             invalid = [lv for lv in levels if not lv["valid"]]
             metrics = {"probe": outcome.values, "levels": levels, **bench.headline(levels)}
+            if invalid or any(lv.get("errors") for lv in levels):
+                died = self._died_serving(rec, handle, ready, "bench")
+                if died:
+                    return died
             if invalid:
                 lv = invalid[0]
                 return rec.with_(state="finished", verdict="wrong", cause="bench_invalid",
                                  detail=f"benchmark level {lv['level']}: {lv['why_invalid']}", evidence=[lv["why_invalid"] or ""],
                                  phases=ready.phases, metrics=metrics, finished=time.time())
-            return rec.with_(state="finished", verdict="ok", detail=outcome.detail, phases=ready.phases,
+            detail = outcome.detail
+            if planned.changed and baseline is None:  # nothing known-good to diff against
+                metrics["unverified"] = True
+                detail = f"absolute checks only, no healthy baseline to compare with: {detail}"
+            return rec.with_(state="finished", verdict="ok", detail=detail, phases=ready.phases,
                              metrics=metrics, finished=time.time())
         except Exception as err:
             # Ctrl-C killed the server under probe/bench, which may then fail any way it likes
-            if not (isinstance(err, Interrupted) or self.should_stop()):
-                raise
-            return rec.with_(state="pending", verdict="interrupted", detail="stopped by Ctrl-C; `bakeoff run` again resumes it",
-                             finished=time.time())
-        finally:
-            self._current = None
-            port_free = self.teardown(handle, launch.port)
-            if not port_free:
-                self.progress("teardown", f"port {launch.port} still busy after stop")
+            if isinstance(err, Interrupted) or self.should_stop():
+                return rec.with_(state="pending", verdict="interrupted", detail="stopped by Ctrl-C; `bakeoff run` again resumes it",
+                                 finished=time.time())
+            if isinstance(err, InfraError):
+                return _infra_error(rec, err)
+            raise
 
     def _request_model(self) -> str | None:
         """The ``model`` field the client sends: the served name, unless the engine says
@@ -224,6 +255,20 @@ class TrialRunner:
                                                        "confidence": diag.confidence},
                          finished=time.time())
 
+    def _died_serving(self, rec: TrialRecord, handle: Handle, ready: ReadyOutcome, phase: str) -> TrialRecord | None:
+        """After failed probes or bench requests: was it the answers, or the server (or host)
+        going away under them? A dead server is a crash triaged from its log, an unreachable
+        host raises InfraError; ``None`` means the server is alive and the answers stand."""
+        code = self.host.exit_code(handle)
+        if code is None:
+            return None
+        diag = classify(self.host.read_log(handle), exit_code=code, engine=self.engine.kind)
+        return rec.with_(state="finished", verdict="crashed", cause=diag.cause,
+                         detail=f"crashed while serving ({phase}): exited with code {code}; {diag.explanation}",
+                         evidence=list(diag.evidence), phases=ready.phases,
+                         metrics={"hint": diag.hint, "hard": diag.hard, "exit_code": code, "confidence": diag.confidence,
+                                  "failed_mode": phase}, finished=time.time())
+
     def _healthy(self, client: httpx.Client, base: str) -> bool:
         for path in self.engine.health_paths:
             try:
@@ -237,6 +282,12 @@ class TrialRunner:
         h = self.spec.server.host
         remote = getattr(self.host, "client_address", None)
         return remote or ("127.0.0.1" if h in ("0.0.0.0", "::", "") else h)
+
+
+def _infra_error(rec: TrialRecord, err: Exception) -> TrialRecord:
+    return rec.with_(state="finished", verdict="infra_error", cause="host",
+                     detail=f"the host failed, not the configuration: {err}; `bakeoff run` again retries this trial",
+                     evidence=[str(err)], finished=time.time())
 
 
 def _ctx_size(args: list[str]) -> int | None:

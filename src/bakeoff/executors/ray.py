@@ -29,7 +29,7 @@ import psutil
 from bakeoff import report
 from bakeoff.errors import BakeoffError, InfraError, SpecError
 from bakeoff.executors import Recorder, run_detached
-from bakeoff.fingerprint import environment_fingerprint
+from bakeoff.fingerprint import for_spec as fingerprint_for
 from bakeoff.hosts.base import Host
 from bakeoff.hosts.local import TAG_ENV
 from bakeoff.plan import Planned, make_plan, pruned_by
@@ -183,7 +183,7 @@ def run_sweep_ray(spec: Spec, out_dir: Path, *, events: Events | None = None,
     if spec.server.port:
         events.note(f"server.port = {spec.server.port} is fixed: parallel trials on one node will collide; set 0")
     with Store(out_dir, lock=True) as store:
-        store.init_sweep(spec.name, spec.model_dump(mode="json"), environment_fingerprint(spec.engine))
+        store.init_sweep(spec.name, spec.model_dump(mode="json"), fingerprint_for(spec))
         host = make_host(spec)
         recover_orphans(store, host, events)
         store.add_trials(planned_records(spec, plan, model_path))

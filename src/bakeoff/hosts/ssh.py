@@ -263,17 +263,19 @@ class SSHHost(Host):
         try:
             self._kill(handle.pid, handle.pgid, grace_s)
         finally:
-            with self._lock:
-                mirror = self._logs.pop(handle.pid, None)
-                if mirror is not None:
-                    self._sync(mirror, handle, final=True)
-            tunnel = getattr(handle, "tunnel", None)
-            if tunnel is not None and tunnel.poll() is None:
-                tunnel.terminate()
-                try:
-                    tunnel.wait(5)
-                except subprocess.TimeoutExpired:
-                    tunnel.kill()
+            try:
+                with self._lock:
+                    mirror = self._logs.pop(handle.pid, None)
+                    if mirror is not None:
+                        self._sync(mirror, handle, final=True)
+            finally:  # the tunnel goes even when the host cannot be reached
+                tunnel = getattr(handle, "tunnel", None)
+                if tunnel is not None and tunnel.poll() is None:
+                    tunnel.terminate()
+                    try:
+                        tunnel.wait(5)
+                    except subprocess.TimeoutExpired:
+                        tunnel.kill()
 
     def read_log(self, handle: Handle) -> str:
         """Copy the remote log's new bytes into the local log file; return the local file."""
