@@ -65,7 +65,24 @@ def run_bakeoff(url: str, cfg: Bench, cpu: int) -> float:
     return r["chunks"] / r["duration"]
 
 
-def run_vllm(url: str, cfg: Bench, cpu: int, python: str, tokenizer: str, work: Path) -> float:
+def run_vllm(url: str, cfg: Bench, cpu: int, python: str, tokenizer: str, work: Path, attempts: int = 3) -> float:
+    """vllm's chunks/s. Its SSE parser strips every network read (`chunk_bytes.strip()` in
+    vllm/benchmarks/lib/endpoint_request_func.py), so a read that ends between the two newlines
+    of an event separator glues two events together -> JSONDecodeError, and that request fails.
+    At thousands of chunks per response that happens now and then; such a run is repeated."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return _run_vllm_once(url, cfg, cpu, python, tokenizer, work)
+        except _VllmRequestsFailed as err:
+            print(f"  vllm run {attempt}/{attempts}: {err}; again", flush=True)
+    raise SystemExit(f"vllm bench serve lost requests in {attempts} runs in a row")
+
+
+class _VllmRequestsFailed(Exception):
+    pass
+
+
+def _run_vllm_once(url: str, cfg: Bench, cpu: int, python: str, tokenizer: str, work: Path) -> float:
     d = Path(tempfile.mkdtemp(dir=work))
     argv = benchtools.vllm_argv(url, cfg, concurrency=cfg.concurrency[0], rate=None, num_prompts=cfg.requests_per_level,
                                 result_dir=str(d), result_name="r.json", model="stub", tokenizer=tokenizer,
@@ -74,7 +91,9 @@ def run_vllm(url: str, cfg: Bench, cpu: int, python: str, tokenizer: str, work: 
     if run.returncode != 0:
         raise SystemExit(f"vllm bench serve failed: {run.stderr[-2000:]}")
     data = json.loads((d / "r.json").read_text())
-    assert data["completed"] == cfg.requests_per_level, data.get("errors")
+    if data["completed"] != cfg.requests_per_level:
+        errs = sorted({e.strip().splitlines()[-1] for e in data.get("errors", []) if e})
+        raise _VllmRequestsFailed(f"{cfg.requests_per_level - data['completed']} of {cfg.requests_per_level} requests failed: {errs}")
     chunks = sum(len(itl) + 1 for itl, err in zip(data["itls"], data["errors"]) if not err)
     return chunks / data["duration"]
 

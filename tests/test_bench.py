@@ -267,6 +267,19 @@ def test_aiperf_parser_field_name_fixture():
     assert "--warmup-request-count" not in argv and "ignore_eos:true" in argv
 
 
+def test_aiperf_parser_on_a_real_result_file():
+    """A real aiperf 0.13.0 profile_export_aiperf.json (aiperf against llama-server serving
+    SmolLM2 here: 8 requests at c=2, 32 output tokens, ignore_eos). One request failed with
+    "Server disconnected": aiperf reused a keep-alive connection llama-server had closed."""
+    data = json.loads((DATA / "aiperf_0.13.0_real.json").read_text())
+    s = benchtools.parse_aiperf(data, "c=2", ignore_eos=True)
+    assert (s.completed, s.errors, s.requests, s.output_tokens) == (7, 1, 8, 224)
+    assert s.output_tok_s == pytest.approx(50.2165, abs=1e-3) and s.duration_s == pytest.approx(4.4575, abs=1e-3)
+    assert s.ttft_ms["p50"] == pytest.approx(339.518, abs=1e-3) and s.ttft_ms["p99"] == pytest.approx(665.813, abs=1e-3)
+    assert s.tpot_ms and s.itl_ms and s.e2e_ms["p50"] > s.ttft_ms["p50"]
+    assert "ServerDisconnectedError" in s.first_error
+
+
 def test_tool_failure_is_an_invalid_level_not_a_crash(tmp_path):
     cfg = Bench(concurrency=[1], requests_per_level=1, tool="vllm", tool_command=[sys.executable, "-c", "raise SystemExit(3)"])
     (s,) = bench.run("http://127.0.0.1:9", cfg, model="m")

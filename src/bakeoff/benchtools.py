@@ -105,15 +105,19 @@ def sglang_argv(base_url: str, cfg: Bench, *, concurrency: int | None, rate: flo
 
 def aiperf_argv(base_url: str, cfg: Bench, *, concurrency: int | None, rate: float | None, num_prompts: int,
                 artifact_dir: str, model: str, tokenizer: str, ignore_eos: bool,
-                prefix: list[str] | None = None) -> list[str]:
-    """``aiperf profile`` for one level."""
+                prefix: list[str] | None = None, dataset_path: str | None = None) -> list[str]:
+    """``aiperf profile`` for one level. ``dataset_path`` (JSONL of {"text": ...}) replays given prompts in order."""
+    if dataset_path:
+        inputs = ["--custom-dataset-type", "single_turn", "--input-file", dataset_path, "--dataset-sampling-strategy", "sequential"]
+    else:
+        inputs = ["--synthetic-input-tokens-mean", str(cfg.input_tokens), "--synthetic-input-tokens-stddev", "0"]
     argv = list(prefix or DEFAULT_PREFIX["aiperf"]) + [
         "--model", model, "--tokenizer", tokenizer, "--url", base_url.rstrip("/"),
         "--endpoint-type", "chat" if cfg.api == "chat" else "completions", "--streaming",
-        "--request-count", str(num_prompts),
-        "--synthetic-input-tokens-mean", str(cfg.input_tokens), "--synthetic-input-tokens-stddev", "0",
+        "--request-count", str(num_prompts), *inputs,
         "--output-tokens-mean", str(cfg.output_tokens), "--output-tokens-stddev", "0",
         "--random-seed", str(cfg.seed), "--artifact-dir", artifact_dir,
+        "--use-server-token-count",  # token counts from `usage`, as bakeoff's own bench counts them
     ]
     if cfg.warmup_requests:  # aiperf rejects 0
         argv += ["--warmup-request-count", str(cfg.warmup_requests)]
@@ -280,7 +284,10 @@ def parse_result_dir(tool: str, d: Path, level: str, *, ignore_eos: bool = False
     if tool == "sglang":
         lines = [ln for ln in (d / "result.jsonl").read_text().splitlines() if ln.strip()]
         return parse_sglang(json.loads(lines[-1]), level, ignore_eos=ignore_eos)
-    found = sorted(d.rglob("profile_export_aiperf.json"))
+    # aiperf >= 0.13 also writes one file per phase (phases/warmup/..., phases/profiling/...):
+    # the top-level one is the profiling phase's
+    found = [p for p in (d / "profile_export_aiperf.json", d / "phases" / "profiling" / "profile_export_aiperf.json") if p.exists()]
+    found = found or sorted(p for p in d.rglob("profile_export_aiperf.json") if "warmup" not in p.parts)
     if not found:
         raise ValueError(f"no profile_export_aiperf.json under {d}")
-    return parse_aiperf(json.loads(found[-1].read_text()), level, ignore_eos=ignore_eos)
+    return parse_aiperf(json.loads(found[0].read_text()), level, ignore_eos=ignore_eos)
