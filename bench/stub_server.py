@@ -19,6 +19,9 @@ The request's ``model`` field steers it (comma-separated options):
   ``error_event``  send an error event mid-stream
   ``stale``        on a connection that already served a request, close it without answering
                    (a keep-alive connection the server dropped, as llama-server's httplib does)
+``--fail-with-log FILE``: from the first completion request on, print FILE (an engine's log
+excerpt) to stdout once and answer every completion with HTTP 500, staying up: an engine whose
+worker died under a live API server.
 Chunks per response: ``max_tokens`` (or ``max_completion_tokens``). ``--batch K`` writes K events
 per socket write (the client-ceiling measurement uses it to make the stub cheaper than any client).
 ``/tokenize`` and ``/detokenize`` (one token per space-separated word) answer unless ``--no-tokenize``.
@@ -71,9 +74,11 @@ def _options(model: str) -> dict:
 
 
 class Stub:
-    def __init__(self, batch: int = 1, tokenize: bool = True) -> None:
+    def __init__(self, batch: int = 1, tokenize: bool = True, fail_log: str | None = None) -> None:
         self.batch = max(1, batch)
         self.tokenize = tokenize
+        self.fail_log = fail_log
+        self.failed = False
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         served = 0
@@ -105,6 +110,14 @@ class Stub:
             return await self.json(writer, {"content": " ".join(WORDS[t % len(WORDS)] for t in req.get("tokens", []))})
         if method == "POST" and path in ("/v1/chat/completions", "/v1/completions"):
             req = json.loads(body)
+            if self.fail_log:
+                if not self.failed:
+                    self.failed = True
+                    with open(self.fail_log, encoding="utf-8") as f:
+                        sys.stdout.write(f.read())
+                    sys.stdout.flush()
+                return await self.json(writer, {"error": {"message": "stub: the engine is dead", "code": 500}},
+                                       status=b"500 Internal Server Error")
             if served and "stale" in _options(str(req.get("model") or "")):
                 writer.transport.abort()
                 return False
@@ -157,8 +170,8 @@ class Stub:
         return True
 
 
-async def serve(host: str, port: int, batch: int, tokenize: bool) -> None:
-    stub = Stub(batch=batch, tokenize=tokenize)
+async def serve(host: str, port: int, batch: int, tokenize: bool, fail_log: str | None = None) -> None:
+    stub = Stub(batch=batch, tokenize=tokenize, fail_log=fail_log)
     server = await asyncio.start_server(stub.handle, host, port, limit=1 << 20, backlog=1024)
     bound = server.sockets[0].getsockname()[1]
     print(f"stub listening on http://{host}:{bound}", flush=True)
@@ -173,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=1, help="events per socket write")
     ap.add_argument("--no-tokenize", action="store_true", help="answer 404 on /tokenize")
     ap.add_argument("--cpu", type=int, default=None, help="pin this process to one CPU")
+    ap.add_argument("--fail-with-log", default=None, metavar="FILE",
+                    help="print FILE once at the first completion request, then answer completions with HTTP 500")
     args = ap.parse_args(argv)
     if args.cpu is not None:
         import os
@@ -185,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         runner = asyncio.run
     try:
-        runner(serve(args.host, args.port, args.batch, not args.no_tokenize))
+        runner(serve(args.host, args.port, args.batch, not args.no_tokenize, args.fail_with_log))
     except KeyboardInterrupt:
         pass
     return 0

@@ -248,3 +248,34 @@ def test_ok_without_a_healthy_baseline_is_flagged_unverified(real_llamacpp, tmp_
     assert change.detail.startswith("absolute checks only, no healthy baseline to compare with")
     rec = report[report.index("## Recommendation"):]
     assert "flash_attn=on" in rec and "**Caution:** the baseline is crashed" in rec
+
+
+@pytest.mark.parametrize("excerpt,verdict,cause", [
+    ("logs/sglang/illegal_memory_access_moe.log", "crashed", "illegal_memory_access"),
+    ("logs_ok/sglang-pr4826.log", "wrong", "request_error"),  # a clean log names nothing: the failed answers stand
+])
+def test_engine_dying_under_a_live_api_server_is_a_triaged_crash(tmp_path, excerpt, verdict, cause):
+    """STUB server (bench/stub_server.py, no model): it comes up healthy, then at the first
+    completion prints a real SGLang log excerpt (an illegal memory access in a MoE kernel,
+    tests/data/logs/sglang/illegal_memory_access_moe.log) and answers HTTP 500 while staying up,
+    as an API server does after its engine died. This tests the trial's judgement, not an
+    engine: failed requests plus a log that names the cause are a crash with that cause and its
+    lines, not a vague 'wrong'."""
+    root = Path(__file__).resolve().parent.parent
+    log_excerpt = root / "tests" / "data" / excerpt
+    data = {
+        "name": "engine-died", "engine": "generic",
+        "engine_options": {"command": [sys.executable, str(root / "bench" / "stub_server.py"), "--port", "{port}",
+                                       "--fail-with-log", str(log_excerpt)], "health": "/health"},
+        "model": {"path": str(log_excerpt), "name": "stub"},
+        "server": {"startup_timeout_s": 60, "hang_timeout_s": 30, "request_timeout_s": 30},
+        "probes": {"set": "quick", "max_tokens": 8, "concurrency": 0},
+        "plan": {"strategy": "baseline"},
+    }
+    rec, report = one_trial(tmp_path, data)
+    assert (rec.verdict, rec.cause) == (verdict, cause), (rec.verdict, rec.cause, rec.detail)
+    assert "HTTP 500" in rec.detail and rec.metrics["failed_mode"] == "single"
+    if verdict == "crashed":
+        assert rec.detail.startswith("failed while serving (single): ")
+        assert any("illegal memory access" in line for line in rec.evidence), rec.evidence
+

@@ -141,6 +141,28 @@ def test_lifecycle_through_sshd(sshd, tmp_path):
     host.stop(h)
 
 
+def test_flooded_remote_log_is_capped_here_and_freed_there(sshd, tmp_path):
+    """A server that floods its log (6 MB at once here) must neither fill the remote disk nor
+    this one: the local copy keeps head + tail under the cap, the remote file's copied part
+    becomes a hole (its blocks freed), the last line still arrives."""
+    host = _host(sshd, max_log_bytes=100_000)
+    log = tmp_path / "flood" / "logs" / "000.log"
+    h = host.start(["sh", "-c", "echo FIRST; yes 'flood line flood line flood line' | head -c 6000000; echo; echo LAST; sleep 60"],
+                   {}, log)
+    try:
+        deadline = time.monotonic() + 60
+        while "LAST" not in (text := host.read_log(h)):
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+        host.read_log(h)  # one more sync: frees what the previous ones copied
+        remote = Path(h.remote_log)
+        assert remote.stat().st_size > 6_000_000  # nothing moved in the server's file...
+        assert remote.stat().st_blocks * 512 < 1_000_000  # ...but its copied bytes are holes now
+        assert text.startswith("FIRST") and "LAST" in text and len(text.encode()) < 300_000
+    finally:
+        host.stop(h, grace_s=2)
+
+
 def test_kill_orphan_from_a_fresh_host(sshd, tmp_path):
     """A restarted bakeoff has only the stored pid/pgid: a new SSHHost must stop the tree."""
     first = _host(sshd)

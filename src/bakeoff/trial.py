@@ -199,6 +199,10 @@ class TrialRunner:
                 died = self._died_serving(rec, handle, ready, "probe")
                 if died:
                     return died
+                if outcome.detector == "request_error":
+                    failed = self._failed_serving(rec, handle, ready, outcome)
+                    if failed:
+                        return failed
                 return rec.with_(state="finished", verdict="wrong", cause=outcome.detector,
                                  detail=f"wrong in {outcome.failed_mode} mode ({outcome.detector}): {outcome.detail}",
                                  evidence=outcome.evidence or [outcome.detail], phases=ready.phases,
@@ -268,6 +272,20 @@ class TrialRunner:
                          evidence=list(diag.evidence), phases=ready.phases,
                          metrics={"hint": diag.hint, "hard": diag.hard, "exit_code": code, "confidence": diag.confidence,
                                   "failed_mode": phase}, finished=time.time())
+
+    def _failed_serving(self, rec: TrialRecord, handle: Handle, ready: ReadyOutcome,
+                        outcome: probes.ProbeOutcome) -> TrialRecord | None:
+        """Requests failed while the server stayed up (HTTP 500s after its engine died, as vLLM's
+        API server does after a CUDA fault): when the log names a known cause, that is the
+        verdict, with the log lines; ``None`` leaves the answers to speak."""
+        diag = classify(self.host.read_log(handle), engine=self.engine.kind)
+        if diag.rule is None:
+            return None
+        return rec.with_(state="finished", verdict="crashed", cause=diag.cause,
+                         detail=f"failed while serving ({outcome.failed_mode}): {outcome.detail}; the log says: {diag.explanation}",
+                         evidence=[*diag.evidence, *outcome.evidence[:2]], phases=ready.phases,
+                         metrics={"hint": diag.hint, "hard": diag.hard, "confidence": diag.confidence,
+                                  "failed_mode": outcome.failed_mode, "probe": outcome.values}, finished=time.time())
 
     def _healthy(self, client: httpx.Client, base: str) -> bool:
         for path in self.engine.health_paths:

@@ -123,6 +123,7 @@ class _LogMirror:
     writer: CappedLogWriter
     offset: int = 0
     pending: bytes = b""
+    freed: int = 0  # the remote log's first bytes handed back to the file system
 
 
 def launch_script(argv: list[str], env: dict[str, str], log: str, cwd: str) -> str:
@@ -192,6 +193,15 @@ class SSHHost(Host):
         else:
             argv += ["-o", "ControlPath=none"]
         return argv + [self.dest]
+
+    @property
+    def max_log_bytes(self) -> int:
+        """The cap of each trial's log: the local copy's, and where the remote file starts to be freed."""
+        return self.opts.max_log_bytes
+
+    @max_log_bytes.setter
+    def max_log_bytes(self, value: int) -> None:
+        self.opts.max_log_bytes = int(value)
 
     def run_script(self, script: str, timeout_s: float = 60.0) -> str:
         """Run ``script`` with the remote ``sh`` (sent on stdin); return stdout. ssh's own
@@ -342,8 +352,15 @@ class SSHHost(Host):
     def _sync(self, mirror: _LogMirror, handle: Handle, final: bool = False) -> None:
         """Append the remote log's new bytes (whole lines; the rest too when ``final``)."""
         q = shlex.quote(_remote_log(handle))
+        cmd = f"tail -c +{mirror.offset + 1} {q} 2>/dev/null | head -c {FETCH_CAP}"
+        if mirror.offset > self.opts.max_log_bytes and mirror.offset > mirror.freed:
+            # a server that floods its log must not fill the remote disk: what is already copied
+            # here (whose head the local cap keeps) becomes a hole in the remote file. No race
+            # with the server's writes, nothing moves; without fallocate the file just grows.
+            cmd += f"; fallocate -p -o 0 -l {mirror.offset} {q} 2>/dev/null"
+            mirror.freed = mirror.offset
         try:
-            proc = subprocess.run([*self.ssh_argv(), f"tail -c +{mirror.offset + 1} {q} 2>/dev/null | head -c {FETCH_CAP}"],
+            proc = subprocess.run([*self.ssh_argv(), cmd],
                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=30 + self.opts.connect_timeout)
             chunk = proc.stdout if proc.returncode != 255 else b""
         except subprocess.TimeoutExpired:
