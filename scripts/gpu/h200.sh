@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call on the H200 (see docs/gpu.md): install carried wheels, fingerprint, preflight,
 # build the random-weight models, run one or more real sweeps, pack everything into $OUT.
-#   bash scripts/gpu/h200.sh [preflight] [moe] [dense]      (default: all three)
+#   bash scripts/gpu/h200.sh [preflight] [moe] [dense] [fault]   (default: preflight moe dense)
 # Each sweep runs under a wall-clock cap (SWEEP_CAP_S, default 400 s); a sweep cut short keeps
 # its finished trials in the store and its report is rebuilt from it.
 set -u
@@ -33,9 +33,9 @@ for step in $STEPS; do
       log "preflight: all probes"
       timeout 240 python3 -m bakeoff.cli preflight --out "$OUT/preflight.json" > $W/preflight.md 2>>"$OUT/run.log"
       log "preflight rc=$?"; cat $W/preflight.md >> "$OUT/run.log" ;;
-    moe|dense)
+    moe|dense|fault)
       [ -d /tmp/models/dense ] || { log "building models"; python3 scripts/gpu/make_models.py /tmp/models > $W/make_models.log 2>&1 || tail -20 $W/make_models.log >> "$OUT/run.log"; }
-      spec=examples/gpu-$([ $step = moe ] && echo moe || echo transformers).toml
+      case $step in moe) spec=examples/gpu-moe.toml ;; dense) spec=examples/gpu-transformers.toml ;; *) spec=examples/gpu-serving-fault.toml ;; esac
       log "sweep $step ($spec), cap ${CAP}s"
       timeout -s INT $CAP python3 -m bakeoff.cli run $spec --out $W/$step > $W/$step.out 2>&1
       log "sweep $step rc=$?"

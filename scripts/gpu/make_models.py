@@ -128,6 +128,32 @@ def make_moe(out: Path, tok, seed: int, overflow_scale: float) -> None:
     out.symlink_to(f"{out.name}-eager")
 
 
+def make_short_vocab(dense: Path, out: Path, keep: int = 512) -> None:
+    """``fault-full`` (the dense model) and ``fault-short-vocab`` (the same with only the first
+    ``keep`` rows of the embedding and lm_head, config.json saying so), with ``fault`` a link to
+    one of them (scripts/gpu/tserve re-points it per trial from MODEL_VARIANT). The tokenizer is
+    unchanged, so prompts carry ids >= ``keep``: on CUDA the embedding lookup trips a
+    device-side assert at the first request, after a clean, healthy-looking startup."""
+    from transformers import AutoModelForCausalLM
+
+    full, short = out.parent / f"{out.name}-full", out.parent / f"{out.name}-short-vocab"
+    full.mkdir(parents=True, exist_ok=True)
+    for f in dense.iterdir():
+        if not (full / f.name).exists():
+            (full / f.name).symlink_to(f.resolve())
+    model = AutoModelForCausalLM.from_pretrained(dense, dtype=torch.float32)
+    with torch.no_grad():
+        model.resize_token_embeddings(keep)
+    model.config.vocab_size = keep
+    model.save_pretrained(short, safe_serialization=True)
+    for f in dense.iterdir():  # the tokenizer files, untouched
+        if f.name.startswith(("tokenizer", "special_tokens", "chat_template")) and not (short / f.name).exists():
+            (short / f.name).symlink_to(f.resolve())
+    if out.is_symlink() or out.exists():
+        out.unlink()
+    out.symlink_to(full.name)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
@@ -140,6 +166,7 @@ def main() -> None:
     tok = make_tokenizer(a.out / "tokenizer")
     make_dense(a.out / "dense", tok, a.seed)
     make_moe(a.out / "moe", tok, a.seed, a.overflow_scale)
+    make_short_vocab(a.out / "dense", a.out / "fault")
     print(json.dumps({"vocab": len(tok), "out": str(a.out)}))
 
 
