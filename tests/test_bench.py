@@ -284,6 +284,12 @@ def test_tool_failure_is_an_invalid_level_not_a_crash(tmp_path):
     cfg = Bench(concurrency=[1], requests_per_level=1, tool="vllm", tool_command=[sys.executable, "-c", "raise SystemExit(3)"])
     (s,) = bench.run("http://127.0.0.1:9", cfg, model="m")
     assert not s.valid and "exit 3" in s.why_invalid
+    # bench.tool_args reach the tool's argv, last (the tool exits 7 only when it sees them there)
+    probe = "import sys; raise SystemExit(7 if sys.argv[-2:] == ['--connection-reuse-strategy', 'never'] else 3)"
+    cfg = Bench(concurrency=[1], requests_per_level=1, tool="aiperf", tool_command=[sys.executable, "-c", probe],
+                tool_args=["--connection-reuse-strategy", "never"])
+    (s,) = bench.run("http://127.0.0.1:9", cfg, model="m")
+    assert "exit 7" in s.why_invalid, s.why_invalid
 
 
 # -- one real run against llama.cpp -------------------------------------------------------------

@@ -259,6 +259,7 @@ def run_tool(base_url: str, cfg: Bench, *, model: str | None, ignore_eos: bool, 
             argv = sglang_argv(base_url, cfg, output_file=str(d / "result.jsonl"), **common)
         else:
             argv = aiperf_argv(base_url, cfg, artifact_dir=str(d), **common)
+        argv += cfg.tool_args
         try:
             proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
             failure = None if proc.returncode == 0 else f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}"

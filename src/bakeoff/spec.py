@@ -143,6 +143,8 @@ class Bench(_Strict):
     ignore_eos: bool | None = Field(default=None, description="None = when the engine supports it")
     tool: Literal["bakeoff", "vllm", "sglang", "aiperf"] = "bakeoff"
     tool_command: list[str] = Field(default=[], description="argv prefix of the external tool; [] = its default")
+    tool_args: list[str] = Field(default=[], description="extra arguments appended to the external tool's argv, "
+                                 "e.g. ['--connection-reuse-strategy', 'never'] for aiperf against llama-server")
     tokenizer: str | None = Field(default=None, description="HF tokenizer dir/name for prompts and external tools")
 
     @field_validator("concurrency")
