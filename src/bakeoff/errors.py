@@ -25,3 +25,5 @@ class LaunchError(BakeoffError):
 
 class InfraError(BakeoffError):
     """Something outside the configuration failed (node died, ssh dropped)."""
+
+    exit_code = 3

@@ -206,8 +206,8 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None, execut
                 store.save(rec)
                 events.trial_end(rec)
                 _learn(rec, bad)
-            gave_up = host_failures >= MAX_HOST_FAILURES
-            store.set_progress(None, "interrupted" if stop.stopped.is_set() else "host_failed" if gave_up else "done")
+            host_failed = host_failures > 0 or any(t.verdict == "infra_error" for t in store.trials())
+            store.set_progress(None, "interrupted" if stop.stopped.is_set() else "host_failed" if host_failed else "done")
         report.write(out_dir, store)
         if stop.stopped.is_set():
             events.note("interrupted: the report shows what finished; `bakeoff run` again resumes")
