@@ -106,8 +106,8 @@ def _fail_on_host_errors(out_dir: Path) -> None:
     with open_readonly(out_dir) as store:
         lost = [t for t in store.trials() if t.verdict == "infra_error"]
     if lost:
-        _fail(InfraError(f"{len(lost)} trial(s) not run because the host failed ({lost[0].detail}); "
-                         "run again to retry them"))
+        _fail(InfraError(f"{len(lost)} trial(s) not run: the host failed, not the configuration "
+                         f"({lost[0].cause}: {lost[0].detail}); run again to retry them"))
 
 
 def _load_known_bad(paths: list[Path], spec) -> dict:
