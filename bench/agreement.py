@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Does bakeoff's benchmark agree with `vllm bench serve` on the same server and workload?
+"""Does bakeoff's benchmark agree with `vllm bench serve` (and aiperf) on the same server and workload?
 
 Starts one real llama-server (SmolLM2, the llamacpp engine's binary, the model path and args of
 examples/smollm2.toml, prompt cache off), pinned to the last CPU, the clients to the others.
-Then, for several rounds and for each concurrency: bakeoff's load generator and `vllm bench
-serve` (client side only) back to back, who goes first alternating, on the same workload — the
-same prompts (vllm's `random` dataset, dumped with vllm's own code and replayed by bakeoff), the
+Then, for several rounds and for each concurrency: bakeoff's load generator, `vllm bench serve`
+(client side only) and, when installed (scripts/setup_aiperf.sh), `aiperf profile` back to back,
+who goes first rotating, on the same workload — the same prompts (vllm's `random` dataset,
+dumped with vllm's own code and replayed by bakeoff and aiperf), the
 same output length with ignore_eos, the same concurrency, one warm-up request each. Prints each
-round and, per concurrency, the median over rounds of the ratios bakeoff/vllm of output tok/s
+round and, per tool and concurrency, the median over rounds of the ratios bakeoff/tool of output tok/s
 and of median TTFT. Target: within +-3%. bench/README.md explains the numbers.
 
     python bench/agreement.py [--rounds 5] [--concurrency 1 4] [--requests 16] [--no-pin]

@@ -53,9 +53,10 @@ class Result:
         return self.error is None
 
 
-def new_session(limit: int = 0, timeout_s: float = 120) -> aiohttp.ClientSession:
-    """One session per run: pooled keep-alive connections, no per-host limit by default."""
-    conn = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300, force_close=False)
+def new_session(limit: int = 0, timeout_s: float = 120, *, fresh: bool = False) -> aiohttp.ClientSession:
+    """One session per run: pooled keep-alive connections, no per-host limit by default
+    (``fresh``: a new connection per request, closed after it)."""
+    conn = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300, force_close=fresh)
     return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=timeout_s),
                                  json_serialize=_dumps)
 
@@ -91,9 +92,7 @@ async def stream_request(session: aiohttp.ClientSession, url: str, body: dict, *
     res = await _stream_once(session, url, body, api)
     if res.error and res.error.startswith("stale:"):
         start = res.start
-        fresh = aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True), timeout=session.timeout,
-                                      json_serialize=_dumps)
-        async with fresh:
+        async with new_session(timeout_s=session.timeout.total, fresh=True) as fresh:
             res = await _stream_once(fresh, url, body, api)
         res.start = start
     if res.error and res.error.startswith("stale:"):

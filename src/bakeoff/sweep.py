@@ -206,7 +206,7 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None, execut
                 store.save(rec)
                 events.trial_end(rec)
                 _learn(rec, bad)
-            host_failed = host_failures > 0 or any(t.verdict == "infra_error" for t in store.trials())
+            host_failed = any(t.verdict == "infra_error" for t in store.trials())
             store.set_progress(None, "interrupted" if stop.stopped.is_set() else "host_failed" if host_failed else "done")
         report.write(out_dir, store)
         if stop.stopped.is_set():

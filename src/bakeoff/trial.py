@@ -22,7 +22,7 @@ from bakeoff.plan import Planned, axis_env_and_args, model_of
 from bakeoff.redact import redact_env, remember
 from bakeoff.spec import Spec
 from bakeoff.store import Store, TrialRecord
-from bakeoff.triage import classify
+from bakeoff.triage import Diagnosis, classify
 
 Progress = Callable[[str, str], None]  # (phase, last log line)
 
@@ -253,11 +253,7 @@ class TrialRunner:
         how = (f"exited with code {ready.exit_code} before ready" if ready.exit_code is not None
                else "no new log line for %ss while not ready" % self.spec.server.hang_timeout_s if ready.hung
                else "not ready after %ss" % self.spec.server.startup_timeout_s)
-        return rec.with_(state="finished", verdict="crashed", cause=diag.cause,
-                         detail=f"crashed at startup: {how}; {diag.explanation}", evidence=list(diag.evidence),
-                         phases=ready.phases, metrics={"hint": diag.hint, "hard": diag.hard, "exit_code": ready.exit_code,
-                                                       "confidence": diag.confidence},
-                         finished=time.time())
+        return _crashed(rec, diag, ready, f"crashed at startup: {how}; {diag.explanation}", exit_code=ready.exit_code)
 
     def _died_serving(self, rec: TrialRecord, handle: Handle, ready: ReadyOutcome, phase: str) -> TrialRecord | None:
         """After failed probes or bench requests: was it the answers, or the server (or host)
@@ -267,11 +263,8 @@ class TrialRunner:
         if code is None:
             return None
         diag = classify(self.host.read_log(handle), exit_code=code, engine=self.engine.kind)
-        return rec.with_(state="finished", verdict="crashed", cause=diag.cause,
-                         detail=f"crashed while serving ({phase}): exited with code {code}; {diag.explanation}",
-                         evidence=list(diag.evidence), phases=ready.phases,
-                         metrics={"hint": diag.hint, "hard": diag.hard, "exit_code": code, "confidence": diag.confidence,
-                                  "failed_mode": phase}, finished=time.time())
+        return _crashed(rec, diag, ready, f"crashed while serving ({phase}): exited with code {code}; {diag.explanation}",
+                        exit_code=code, failed_mode=phase)
 
     def _failed_serving(self, rec: TrialRecord, handle: Handle, ready: ReadyOutcome,
                         outcome: probes.ProbeOutcome) -> TrialRecord | None:
@@ -281,11 +274,8 @@ class TrialRunner:
         diag = classify(self.host.read_log(handle), engine=self.engine.kind)
         if diag.rule is None:
             return None
-        return rec.with_(state="finished", verdict="crashed", cause=diag.cause,
-                         detail=f"failed while serving ({outcome.failed_mode}): {outcome.detail}; the log says: {diag.explanation}",
-                         evidence=[*diag.evidence, *outcome.evidence[:2]], phases=ready.phases,
-                         metrics={"hint": diag.hint, "hard": diag.hard, "confidence": diag.confidence,
-                                  "failed_mode": outcome.failed_mode, "probe": outcome.values}, finished=time.time())
+        return _crashed(rec, diag, ready, f"failed while serving ({outcome.failed_mode}): {outcome.detail}; the log says: {diag.explanation}",
+                        extra_evidence=outcome.evidence[:2], failed_mode=outcome.failed_mode, probe=outcome.values)
 
     def _healthy(self, client: httpx.Client, base: str) -> bool:
         for path in self.engine.health_paths:
@@ -300,6 +290,15 @@ class TrialRunner:
         h = self.spec.server.host
         remote = getattr(self.host, "client_address", None)
         return remote or ("127.0.0.1" if h in ("0.0.0.0", "::", "") else h)
+
+
+def _crashed(rec: TrialRecord, diag: Diagnosis, ready: ReadyOutcome, detail: str, *, extra_evidence: list[str] | tuple = (),
+             **metrics) -> TrialRecord:
+    """A ``crashed`` record from a triage diagnosis: its cause, evidence, hint and confidence."""
+    return rec.with_(state="finished", verdict="crashed", cause=diag.cause, detail=detail,
+                     evidence=[*diag.evidence, *extra_evidence], phases=ready.phases,
+                     metrics={"hint": diag.hint, "hard": diag.hard, "confidence": diag.confidence, **metrics},
+                     finished=time.time())
 
 
 def _infra_error(rec: TrialRecord, err: Exception) -> TrialRecord:
