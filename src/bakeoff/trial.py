@@ -271,11 +271,24 @@ class TrialRunner:
         """Requests failed while the server stayed up (HTTP 500s after its engine died, as vLLM's
         API server does after a CUDA fault): when the log names a known cause, that is the
         verdict, with the log lines; ``None`` leaves the answers to speak."""
-        diag = classify(self.host.read_log(handle), engine=self.engine.kind)
+        diag = classify(self._settled_log(handle), engine=self.engine.kind)
         if diag.rule is None:
             return None
         return _crashed(rec, diag, ready, f"failed while serving ({outcome.failed_mode}): {outcome.detail}; the log says: {diag.explanation}",
                         extra_evidence=outcome.evidence[:2], failed_mode=outcome.failed_mode, probe=outcome.values)
+
+    def _settled_log(self, handle: Handle, quiet_s: float = 0.3, max_s: float = 3.0) -> str:
+        """The log of a live server once it stops growing: an engine logs its traceback as it
+        fails the request, and that text reaches the log file a moment after the answer."""
+        text = self.host.read_log(handle)
+        deadline = time.monotonic() + max_s
+        while time.monotonic() < deadline:
+            time.sleep(quiet_s)
+            again = self.host.read_log(handle)
+            if again == text:
+                break
+            text = again
+        return text
 
     def _healthy(self, client: httpx.Client, base: str) -> bool:
         for path in self.engine.health_paths:
