@@ -28,8 +28,9 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bakeoff import bench, benchtools
-from bakeoff.engines.llamacpp import LlamaCpp
+from bakeoff.measure import bench
+from bakeoff.measure import tools as benchtools
+from bakeoff.run.engines.llamacpp import LlamaCpp
 from bakeoff.spec import Bench, load
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -25,16 +25,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from bakeoff import benchtools  # noqa: E402
+from bakeoff.measure import tools as benchtools  # noqa: E402
 from bakeoff.spec import Bench  # noqa: E402
 
 BAKEOFF_RUN = """
 import asyncio, json, os, sys, time
 os.sched_setaffinity(0, {int(sys.argv[1])})
-from bakeoff import bench
+from bakeoff import measure
 from bakeoff.spec import Bench
 cfg = Bench.model_validate_json(sys.argv[3])
-levels = bench.run(sys.argv[2], cfg, model="stub", expect_logprobs=False)
+levels = measure.run(sys.argv[2], cfg, model="stub", expect_logprobs=False)
 lv = levels[0]
 print(json.dumps({"duration": lv.duration_s, "completed": lv.completed, "errors": lv.errors,
                   "chunks": lv.output_tokens}))

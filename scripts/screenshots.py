@@ -20,7 +20,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from bakeoff.status import from_store, render
+from bakeoff.report.status import from_store, render
 from bakeoff.store import open_readonly
 
 ROOT = Path(__file__).resolve().parent.parent

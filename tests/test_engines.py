@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.engines import helptext
-from bakeoff.engines.base import LaunchContext, get_engine, known_engines
+from bakeoff.run.engines import helptext
+from bakeoff.run.engines.base import LaunchContext, get_engine, known_engines
 from bakeoff.errors import SpecError
 
 DATA = Path(__file__).parent / "data"
@@ -194,7 +194,7 @@ def test_sglang_argv():
     assert argv[:9] == ["/opt/py/bin/python", "-m", "sglang.launch_server", "--model-path", "/models/m",
                         "--host", "127.0.0.1", "--port", "31234"]
     assert ["--served-model-name", "m1"] == argv[9:11]
-    from bakeoff.engines.sglang import HEALTH_GENERATE_PATH
+    from bakeoff.run.engines.sglang import HEALTH_GENERATE_PATH
 
     assert HEALTH_GENERATE_PATH == "/health_generate"
 
@@ -277,7 +277,7 @@ def test_vllm_logs_cover_the_startup():
 
 # ---------------------------------------------------------------- fingerprint
 def test_fingerprint_without_gpu_is_fast_and_stable():
-    from bakeoff.fingerprint import environment_fingerprint
+    from bakeoff.run.fingerprint import environment_fingerprint
 
     t0 = time.perf_counter()
     a = environment_fingerprint()
@@ -295,7 +295,7 @@ def test_fingerprint_is_read_by_the_engines_own_interpreter(tmp_path):
     """An engine in another venv has its own packages: bakeoff's venv must not speak for it."""
     import venv
 
-    from bakeoff.fingerprint import environment_fingerprint, for_spec
+    from bakeoff.run.fingerprint import environment_fingerprint, for_spec
     from bakeoff.spec import parse
 
     venv.create(tmp_path / "engine-venv", with_pip=False)  # a venv with no engine in it

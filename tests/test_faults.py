@@ -23,7 +23,7 @@ import faultmodels
 from bakeoff import spec as specmod
 from bakeoff.errors import SpecError
 from bakeoff.store import Store, TrialRecord
-from bakeoff.sweep import Events, run_sweep
+from bakeoff.pipeline import Events, run_sweep
 
 pytestmark = pytest.mark.engine
 
@@ -66,7 +66,7 @@ def assert_judged_at_exit(rec: TrialRecord) -> None:
 
 
 def trial_by(store_trials: list[TrialRecord], label: str) -> TrialRecord:
-    from bakeoff.report import label as label_of
+    from bakeoff.report.markdown import label as label_of
 
     return next(t for t in store_trials if label_of(t).startswith(label))
 

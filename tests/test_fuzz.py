@@ -1,7 +1,7 @@
 """Fuzz the two parsers of untrusted input: the spec loader and the log triage.
 
 Property: bakeoff.spec.parse / loads raise nothing but SpecError, whatever they are given;
-bakeoff.triage.classify returns a Diagnosis with a known cause for any text, bytes or status.
+bakeoff.judge.triage.classify returns a Diagnosis with a known cause for any text, bytes or status.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from bakeoff.errors import SpecError
 from bakeoff.spec import Spec, loads, parse
-from bakeoff.triage import CAUSES, Diagnosis, classify
+from bakeoff.judge.triage import CAUSES, Diagnosis, classify
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.html import matrix_axes, pareto, render_html, write_html
+from bakeoff.report.html import matrix_axes, pareto, render_html, write_html
 from bakeoff.store import Store, TrialRecord
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,9 +13,9 @@ from test_html import ROOT, bakeoff, example_sweep, write_spec
 
 from bakeoff import spec as specmod
 from bakeoff.errors import SpecError
-from bakeoff.fingerprint import environment_fingerprint
-from bakeoff.matrix import FORMAT, load_known_bad, read_matrix
-from bakeoff.status import from_store
+from bakeoff.run.fingerprint import environment_fingerprint
+from bakeoff.report.matrix import FORMAT, load_known_bad, read_matrix
+from bakeoff.report.status import from_store
 from bakeoff.store import Store
 
 

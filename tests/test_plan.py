@@ -1,6 +1,7 @@
 """The planner: baseline, one-factor-at-a-time and grid; pruning of known-bad values."""
 
-from bakeoff import plan, spec
+from bakeoff import plan
+from bakeoff import spec
 
 
 def make(strategy, **baseline):

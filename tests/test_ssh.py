@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from bakeoff.errors import LaunchError, SpecError
-from bakeoff.hosts.base import get_host
-from bakeoff.hosts.ssh import SSHHost, exit_status, launch_script
+from bakeoff.run.hosts import get_host
+from bakeoff.run.hosts.ssh import SSHHost, exit_status, launch_script
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ["x; touch {d}/pwned", "$(touch {d}/pwned2)", "`touch {d}/pwned3`", "a'b\"c", "two  spaces", "", "-n", "*"]
@@ -209,7 +209,7 @@ def test_tunnel_forwards_the_port(sshd, tmp_path):
 def test_llamacpp_sweep_through_sshd(sshd, tmp_path):
     from bakeoff.spec import parse
     from bakeoff.store import Store, open_readonly
-    from bakeoff.sweep import Events, run_sweep
+    from bakeoff.pipeline import Events, run_sweep
 
     pwned = tmp_path / "pwned_ssh"
     alias = f"x; touch {pwned}"
@@ -269,7 +269,7 @@ def test_host_lost_mid_sweep_is_infra_error_then_resumes(tmp_path):
     left behind and finishes every trial once."""
     from bakeoff.spec import parse
     from bakeoff.store import Store, open_readonly
-    from bakeoff.sweep import Events, run_sweep
+    from bakeoff.pipeline import Events, run_sweep
 
     d = tmp_path / "sshd"
     proc = subprocess.Popen(["sh", str(ROOT / "scripts" / "ci_sshd.sh"), str(d)], stdout=subprocess.PIPE,

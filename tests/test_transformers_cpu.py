@@ -15,7 +15,7 @@ import re
 
 import pytest
 
-from bakeoff.engines.base import LaunchContext, get_engine
+from bakeoff.run.engines.base import LaunchContext, get_engine
 from test_vllm_cpu import HF_MODEL, REPO, VENV_PY, absolute_spec, run_example_sweep
 
 EXAMPLE = REPO / "examples" / "transformers-cpu.toml"

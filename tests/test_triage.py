@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from bakeoff.triage import CAUSES, Diagnosis, classify, explain, find_cause, is_failure_evidence, load_rules
+from bakeoff.judge.triage import CAUSES, Diagnosis, classify, explain, find_cause, is_failure_evidence, load_rules
 
 CORPUS = Path(__file__).parent / "data" / "logs"
 # corpus folder -> engine passed to classify (flashinfer/pytorch logs come from several engines)

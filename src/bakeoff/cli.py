@@ -28,16 +28,16 @@ def _fail(err: BakeoffError) -> None:
 
 class _LiveView:
     """Current trial, phase, elapsed vs its timeout, last log line, and a running results table
-    (drawn by bakeoff.status.render, the same view `bakeoff status` shows from the store)."""
+    (drawn by bakeoff.report.status.render, the same view `bakeoff status` shows from the store)."""
 
     def __init__(self, name: str, timeout_s: float) -> None:
-        from bakeoff.status import Progress
+        from bakeoff.report.status import Progress
 
         self.p = Progress(name=name, timeout_s=timeout_s, runner="this process")
         self.live = Live(get_renderable=self._render, console=console, refresh_per_second=2, transient=False)
 
     def _render(self):
-        from bakeoff.status import render
+        from bakeoff.report.status import render
 
         return render(self.p)
 
@@ -70,7 +70,7 @@ def run(
 ) -> None:
     """Run (or resume) a sweep; writes DIR/report.md and the store DIR/bakeoff.sqlite."""
     from bakeoff import spec as specmod
-    from bakeoff.sweep import Events, run_sweep
+    from bakeoff.pipeline import Events, run_sweep
 
     try:
         spec = specmod.load(spec_path)
@@ -84,7 +84,7 @@ def run(
         events = Events(trial_start=view.trial_start, phase=view.on_phase, trial_end=view.trial_end, note=view.note)
         with view.live:
             if spec.executor == "ray":
-                from bakeoff.executors.ray import run_sweep_ray
+                from bakeoff.run.executors.ray import run_sweep_ray
 
                 report_path = run_sweep_ray(spec, out_dir, events=events, known_bad=bad)
             else:
@@ -113,7 +113,7 @@ def _fail_on_host_errors(out_dir: Path) -> None:
 def _load_known_bad(paths: list[Path], spec) -> dict:
     if not paths:
         return {}
-    from bakeoff.matrix import load_known_bad
+    from bakeoff.report.matrix import load_known_bad
 
     kb = load_known_bad(paths, spec)
     for note in kb.notes:
@@ -126,7 +126,7 @@ def plan(spec_path: Path = typer.Argument(..., metavar="SPEC"),
          as_json: bool = typer.Option(False, "--json", help="one JSON list of trials")) -> None:
     """Print every trial's argv and env; launches nothing."""
     from bakeoff import spec as specmod
-    from bakeoff.sweep import plan_json
+    from bakeoff.pipeline import plan_json
 
     try:
         trials = plan_json(specmod.load(spec_path))
@@ -145,14 +145,14 @@ def plan(spec_path: Path = typer.Argument(..., metavar="SPEC"),
 def report(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
            html: bool = typer.Option(False, "--html", help="also write DIR/report.html")) -> None:
     """Rebuild DIR/report.md from the store (and report.html with --html)."""
-    from bakeoff import report as rep
+    from bakeoff.report import markdown as rep
     from bakeoff.store import open_readonly
 
     try:
         with open_readonly(sweep_dir) as store:
             path = rep.write(sweep_dir, store)
             if html:
-                from bakeoff.html import write_html
+                from bakeoff.report.html import write_html
 
                 console.print(f"html: {write_html(sweep_dir, store)}")
     except BakeoffError as err:
@@ -165,7 +165,7 @@ def status(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
            watch: bool = typer.Option(False, "--watch", help="refresh until the sweep is done or its run is gone"),
            interval: float = typer.Option(1.0, "--interval", help="seconds between refreshes with --watch")) -> None:
     """Show a sweep's progress from its store (a run in another terminal): running trial, finished rows."""
-    from bakeoff.status import from_store, render, runner_of
+    from bakeoff.report.status import from_store, render, runner_of
     from bakeoff.store import open_readonly
 
     try:
@@ -188,7 +188,7 @@ def status(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
 def export(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
            output: Optional[Path] = typer.Option(None, "-o", "--output", help="file to write (default DIR/compat-matrix.json)")) -> None:
     """Write the sweep's compatibility matrix (environment, per-value and per-config verdicts) as JSON."""
-    from bakeoff.matrix import write_matrix
+    from bakeoff.report.matrix import write_matrix
     from bakeoff.store import open_readonly
 
     try:
@@ -206,8 +206,8 @@ def compare(dir_a: Path = typer.Argument(..., metavar="DIR_A"), dir_b: Path = ty
     """Same configurations across two sweeps: what changed verdict or speed (B/A)."""
     from rich.markup import escape
 
-    from bakeoff.compare import compare as cmp
-    from bakeoff.status import VERDICT_STYLE
+    from bakeoff.report.compare import compare as cmp
+    from bakeoff.report.status import VERDICT_STYLE
     from bakeoff.store import open_readonly
 
     try:
@@ -241,7 +241,7 @@ def triage(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Name the cause of a failed launch from its log, with the lines that prove it."""
-    from bakeoff.triage import classify
+    from bakeoff.judge.triage import classify
 
     if not log.is_file():
         console.print(f"error: LOG: {log} is not a file", style="red", markup=False)
@@ -266,7 +266,7 @@ def preflight(spec_path: Optional[Path] = typer.Argument(None, metavar="[SPEC]",
               out_file: Optional[Path] = typer.Option(None, "--out", help="also write the results JSON here"),
               only: list[str] = typer.Option([], "--only", help="probe name glob (repeatable; default: all)")) -> None:
     """Probe each backend directly (seconds): unsupported, compile-failed, nan, mismatch or ok."""
-    from bakeoff.preflight_cli import run_preflight
+    from bakeoff.preflight.cli import run_preflight
 
     try:
         text = run_preflight(spec_path, as_json=as_json, out_file=out_file, only=only)

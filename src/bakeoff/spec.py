@@ -241,7 +241,7 @@ class Spec(_Strict):
         by_name = {a.name: a for a in self.axes}
         for key, value in self.baseline.items():
             if key not in by_name:
-                from bakeoff.engines.base import suggest
+                from bakeoff.run.engines.base import suggest
 
                 raise ValueError(f"baseline.{key}: not an axis{suggest(key, names)}; axes: {', '.join(names) or '(none)'}")
             if render(value) not in {render(v) for v in by_name[key].values}:
@@ -311,7 +311,7 @@ def load(path: str | os.PathLike) -> Spec:
 
 
 def _validate_against_engine(spec: Spec, source: str) -> None:
-    from bakeoff.engines.base import get_engine
+    from bakeoff.run.engines.base import get_engine
 
     try:
         engine = get_engine(spec.engine, **spec.engine_options)

@@ -1,0 +1,23 @@
+"""Measure: the streaming client, bakeoff's load generator (``bench``) and the engines' own
+benchmark tools (``tools``), all producing the same per-level statistics."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bakeoff.measure.bench import LevelStats
+    from bakeoff.spec import Bench
+
+
+def run(base_url: str, cfg: Bench, **kw) -> list[LevelStats]:
+    """The benchmark of one server: bakeoff's load generator, or the engine's own tool (``cfg.tool``)."""
+    from bakeoff.measure.bench import _run_loop, run_async
+
+    if cfg.tool != "bakeoff":
+        from bakeoff.measure import tools
+
+        return tools.run_tool(base_url, cfg, model=kw.get("model"),
+                              ignore_eos=cfg.ignore_eos if cfg.ignore_eos is not None else kw.get("ignore_eos", False),
+                              expect_logprobs=kw.get("expect_logprobs", True))
+    return _run_loop(run_async(base_url, cfg, **kw))

@@ -1,0 +1,262 @@
+"""Compatibility matrix: what a sweep found broken, as a JSON file others can prune with.
+
+``export_matrix(store)`` writes the environment fingerprint, the engine, each axis value's
+verdict (from the trial that changed only that axis, or the baseline) and every full
+configuration's verdict. ``known_bad_pairs(paths, spec)`` reads such files and returns the
+``(axis, value)`` pairs that failed anywhere (a hard launch incompatibility, or wrong output),
+and the keys of this spec's configurations that equal one found bad (wrong, or a launch failure
+the same configuration repeats, such as a flag combination the engine rejects), from files of a
+matching environment: the same fingerprint hash, or the same GPUs (name + compute capability)
+and the same engine version. Files from other environments are ignored, and
+``load_known_bad`` says why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from bakeoff.errors import SpecError
+from bakeoff.spec import Spec, render
+from bakeoff.store import Store, TrialRecord
+
+FORMAT = "bakeoff-compat-matrix"
+VERSION = 1
+BAD_VERDICTS = ("crashed", "wrong")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ValueResult(_Strict):
+    verdict: str | None
+    cause: str | None = None
+    detail: str | None = None
+    hard: bool = False
+    trial: int
+    output_tok_s: float | None = None
+
+
+class AxisEntry(_Strict):
+    flag: str | None = None
+    env: str | None = None
+    baseline: str | None = None
+    values: dict[str, ValueResult]
+
+
+class ConfigEntry(_Strict):
+    key: str
+    config: dict[str, str]
+    changed: list[str]
+    verdict: str | None
+    cause: str | None = None
+    detail: str | None = None
+    hard: bool = False
+    output_tok_s: float | None = None
+
+
+class MatrixFile(_Strict):
+    format: str
+    version: int
+    sweep: str
+    engine: str
+    engine_version: str | None = None
+    model: str | None = None
+    fingerprint: dict[str, Any]
+    axes: dict[str, AxisEntry]
+    configs: list[ConfigEntry]
+
+
+# launch failures that the same configuration repeats on the same environment (not a busy
+# port, a slow start, a killed process or a host out of memory)
+REPRODUCIBLE_CAUSES = ("arch_unsupported", "bad_args", "import_error", "illegal_memory_access", "oom_gpu", "jit_compile")
+
+
+def _is_bad(verdict: str | None, hard: bool) -> bool:
+    """An axis value is known bad anywhere: a hard launch incompatibility, or wrong output."""
+    return verdict == "wrong" or (verdict == "crashed" and hard)
+
+
+def _config_is_bad(c: "ConfigEntry") -> bool:
+    """This exact configuration is known bad: wrong output, or a launch failure it repeats."""
+    return c.verdict == "wrong" or (c.verdict == "crashed" and (c.hard or c.cause in REPRODUCIBLE_CAUSES))
+
+
+def export_matrix(store: Store) -> dict:
+    sweep = store.sweep() or {}
+    spec = sweep.get("spec") or {}
+    fp = sweep.get("fingerprint") or {}
+    trials = store.trials()
+    base = next((t for t in trials if t.is_baseline), None)
+    axes: dict[str, dict] = {}
+    for a in spec.get("axes") or []:
+        name = a["name"]
+        entry = {"flag": a.get("flag"), "env": a.get("env"),
+                 "baseline": render(base.config[name]) if base and name in base.config else None, "values": {}}
+        for t in trials:
+            if name not in t.config or t.verdict is None or t.changed not in ([], [name]):
+                continue
+            entry["values"].setdefault(render(t.config[name]), _result(t))
+        axes[name] = entry
+    configs = [{"key": t.key, "config": {k: render(v) for k, v in t.config.items()}, "changed": list(t.changed),
+                "verdict": t.verdict, "cause": t.cause, "detail": t.detail, "hard": bool(t.metrics.get("hard")),
+                "output_tok_s": t.metrics.get("output_tok_s")} for t in trials]
+    model = spec.get("model") or {}
+    return {"format": FORMAT, "version": VERSION, "sweep": sweep.get("name", "?"), "engine": spec.get("engine", "?"),
+            "engine_version": fp.get("engine_version"), "model": model.get("name") or model.get("path"),
+            "fingerprint": fp, "axes": axes, "configs": configs}
+
+
+def _result(t: TrialRecord) -> dict:
+    return {"verdict": t.verdict, "cause": t.cause, "detail": t.detail, "hard": bool(t.metrics.get("hard")),
+            "trial": t.idx, "output_tok_s": t.metrics.get("output_tok_s")}
+
+
+def write_matrix(store: Store, path: str | os.PathLike) -> Path:
+    p = Path(path)
+    p.write_text(json.dumps(export_matrix(store), indent=2) + "\n", encoding="utf-8")
+    return p
+
+
+def read_matrix(path: str | os.PathLike) -> MatrixFile:
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise SpecError(f"--known-bad: {p}: file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SpecError(f"--known-bad: {p}: not JSON ({err})") from None
+    try:
+        m = MatrixFile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"]) or "(top level)"
+        raise SpecError(f"--known-bad: {p}: not a bakeoff compatibility matrix ({loc}: {first['msg']})") from None
+    if m.format != FORMAT:
+        raise SpecError(f"--known-bad: {p}: format is {m.format!r}, expected {FORMAT!r}")
+    if m.version > VERSION:
+        raise SpecError(f"--known-bad: {p}: matrix version {m.version} is newer than this bakeoff reads ({VERSION}); upgrade bakeoff")
+    return m
+
+
+def _hardware(fp: dict) -> list:
+    gpus = fp.get("gpus") or []
+    if gpus:
+        return sorted((g.get("name"), g.get("compute_capability")) for g in gpus)
+    return [("cpu", (fp.get("cpu") or {}).get("model"))]
+
+
+def describe_hardware(fp: dict) -> str:
+    return ", ".join(f"{n} (sm_{c})" if n != "cpu" else f"CPU {c}" for n, c in _hardware(fp))
+
+
+def environment_match(theirs: MatrixFile, engine: str, ours: dict) -> str | None:
+    """How the file's environment matches ours ('fingerprint hash', 'hardware + engine version'), or None."""
+    if theirs.engine != engine:
+        return None
+    if theirs.fingerprint.get("hash") and theirs.fingerprint.get("hash") == ours.get("hash"):
+        return "fingerprint hash"
+    same_hw = _hardware(theirs.fingerprint) == _hardware(ours)
+    ver = theirs.engine_version or theirs.fingerprint.get("engine_version")
+    if same_hw and ver is not None and ver == ours.get("engine_version"):
+        return "hardware + engine version"
+    return None
+
+
+@dataclass
+class KnownBad:
+    pairs: dict[tuple[str, str], str] = field(default_factory=dict)  # (axis, value) bad in any configuration
+    configs: dict[str, str] = field(default_factory=dict)  # config key of this spec's plan -> reason
+    notes: list[str] = field(default_factory=list)
+
+    def merged(self) -> dict:
+        """What ``run_sweep(known_bad=...)`` takes: both kinds of key in one dict."""
+        return {**self.pairs, **self.configs}
+
+
+def load_known_bad(paths: list[str | os.PathLike], spec: Spec, fingerprint: dict | None = None) -> KnownBad:
+    """The (axis, value) pairs of ``spec`` that matching files found broken, each with its reason."""
+    if fingerprint is None:
+        from bakeoff.run.fingerprint import for_spec
+
+        fingerprint = for_spec(spec)
+    out = KnownBad()
+    for path in paths:
+        m = read_matrix(path)
+        how = environment_match(m, spec.engine, fingerprint)
+        if how is None:
+            out.notes.append(
+                f"{path}: ignored, its environment differs (engine {m.engine} {m.engine_version or '?'} on "
+                f"{describe_hardware(m.fingerprint)}, fingerprint {m.fingerprint.get('hash', '?')}; here: {spec.engine} "
+                f"{fingerprint.get('engine_version') or '?'} on {describe_hardware(fingerprint)}, fingerprint {fingerprint.get('hash', '?')})")
+            continue
+        n = 0
+        for their_axis, entry in m.axes.items():
+            axis = _our_axis(spec, their_axis, entry)
+            if axis is None:
+                continue
+            ours = {render(v) for v in axis.values}
+            for value, res in entry.values.items():
+                if value not in ours or value == entry.baseline or not _is_bad(res.verdict, res.hard):
+                    continue
+                reason = (f"known bad: {axis.name}={value} was {res.verdict} ({res.cause}) in trial {res.trial} of sweep "
+                          f"{m.sweep!r} (matched on {how}), from {path}")
+                if (axis.name, value) not in out.pairs:
+                    out.pairs[(axis.name, value)] = reason
+                    n += 1
+        k = _bad_configs(m, spec, how, str(path), out)
+        out.notes.append(f"{path}: matches this environment on {how}; {n} known-bad axis value(s) and "
+                         f"{k} known-bad configuration(s) apply")
+    return out
+
+
+def _bad_configs(m: MatrixFile, spec: Spec, how: str, path: str, out: KnownBad) -> int:
+    """Planned configurations of ``spec`` that equal (on the same axes) one the file found bad."""
+    from bakeoff.plan import make_plan
+
+    names: dict[str, str] = {}  # their axis name -> ours
+    for their, entry in m.axes.items():
+        ours = _our_axis(spec, their, entry)
+        if ours is not None:
+            names[their] = ours.name
+    bad = {}
+    for c in m.configs:
+        if _config_is_bad(c) and set(c.config) <= set(names):
+            bad.setdefault(tuple(sorted((names[a], v) for a, v in c.config.items())), c)
+    n = 0
+    for p in make_plan(spec):
+        if not p.changed or p.key in out.configs:
+            continue  # never the baseline: without it nothing can be judged
+        if any(f"{a}={render(p.config[a])}" in spec.plan.force for a in p.changed):
+            continue
+        c = bad.get(tuple(sorted((a, render(v)) for a, v in p.config.items())))
+        if c is None:
+            continue
+        what = ", ".join(f"{a}={render(p.config[a])}" for a in p.changed)
+        out.configs[p.key] = (f"known bad: this configuration ({what}) was {c.verdict} ({c.cause}) in sweep {m.sweep!r} "
+                              f"(matched on {how}), from {path}")
+        n += 1
+    return n
+
+
+def _our_axis(spec: Spec, name: str, entry: AxisEntry):
+    """The spec's axis for the file's axis: same flag / env variable first, else the same name."""
+    for a in spec.axes:
+        if (entry.flag and a.flag == entry.flag) or (entry.env and a.env == entry.env):
+            return a
+    for a in spec.axes:
+        if a.name == name and not (entry.flag or entry.env):
+            return a
+    return None
+
+
+def known_bad_pairs(paths: list[str | os.PathLike], spec: Spec) -> dict:
+    """{(axis, value): reason} for values bad anywhere, plus {config key: reason} for exact
+    configurations found bad (e.g. a flag combination the engine rejects)."""
+    return load_known_bad(paths, spec).merged()

@@ -1,0 +1,71 @@
+"""SGLang: ``python -m sglang.launch_server``.
+
+argv: ``[python, -m, sglang.launch_server, --model-path, MODEL, --host, H, --port, P, *args,
+*axis_args]``; ``python`` is engine option ``python`` (default: this interpreter).
+
+Readiness: ``/health`` then ``/v1/models``. ``/health_generate`` (``HEALTH_GENERATE_PATH``) runs
+a real one-token generation through the scheduler: a deeper probe for a server that answers
+``/health`` but cannot generate (a wedged scheduler, a broken kernel).
+
+Phases come from the log lines SGLang prints while starting (texts checked against
+``sglang/srt/model_executor/model_runner.py`` and ``srt/entrypoints/http_server.py`` of 0.5.23
+and against startup logs quoted in SGLang issues; see tests/data/logs_ok/sglang-*.log).
+
+Axis values are checked against ``--help`` (``helptext``): engine option ``help_text`` (a file,
+e.g. tests/data/help/sglang-0.5.23.txt), else ``python -m sglang.launch_server --help`` of the
+installed package, else accepted. argparse prefix abbreviations (``--tp`` for ``--tp-size``) are
+accepted like SGLang's own parser does.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import sys
+from typing import ClassVar
+
+from bakeoff.run.engines.base import Engine, LaunchContext, Phase, register
+from bakeoff.run.engines.helptext import HelpValidated
+
+HEALTH_GENERATE_PATH = "/health_generate"
+
+
+@register
+class SGLang(HelpValidated, Engine):
+    kind = "sglang"
+    program = "sglang.launch_server"
+    health_paths = ("/health", "/v1/models")
+    deep_health_path: ClassVar[str] = HEALTH_GENERATE_PATH
+    supports_ignore_eos = True
+    ready_pattern = r"The server is fired up and ready to roll!"
+    phases = (
+        Phase("init_distributed", r"Init torch distributed begin"),
+        Phase("load_weights", r"Load weight begin"),
+        Phase("alloc_kv_cache", r"Load weight end"),
+        Phase("capture_cuda_graph", r"Capture cuda graph begin"),
+        Phase("start_http", r"Capture cuda graph end|Started server process"),
+        Phase("warmup", r"Uvicorn running on"),
+        Phase("ready", r"The server is fired up and ready to roll!"),
+    )
+
+    def __init__(self, python: str | None = None, help_text: str | None = None) -> None:
+        self.python = python or sys.executable
+        self.help_text = help_text
+
+    def command(self, ctx: LaunchContext) -> list[str]:
+        argv = [self.python, "-m", "sglang.launch_server", "--model-path", ctx.model,
+                "--host", ctx.host, "--port", str(ctx.port)]
+        if ctx.served_model_name:
+            argv += ["--served-model-name", ctx.served_model_name]
+        return argv + [str(a) for a in ctx.args] + [str(a) for a in ctx.axis_args]
+
+    def help_argvs(self) -> list[list[str]]:
+        if self.python == sys.executable and importlib.util.find_spec("sglang") is None:
+            return []
+        return [[self.python, "-m", "sglang.launch_server", "--help"]]
+
+    def version(self) -> str | None:
+        try:
+            return importlib.metadata.version("sglang")
+        except importlib.metadata.PackageNotFoundError:
+            return None

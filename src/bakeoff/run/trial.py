@@ -1,0 +1,331 @@
+"""One trial's lifecycle: launch -> wait_ready -> probe -> bench -> teardown (always).
+
+Each step is a method whose docstring says what it promises. A configuration that fails is a
+result, not an exception: ``run`` returns a finished record for every outcome except bugs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import httpx
+
+from bakeoff import measure
+from bakeoff.measure import bench
+from bakeoff.judge import probes
+from bakeoff.run.engines.base import Engine, LaunchContext
+from bakeoff.errors import InfraError
+from bakeoff.run.hosts.base import Handle, Host
+from bakeoff.plan import Planned, axis_env_and_args, model_of
+from bakeoff.redact import redact_env, remember
+from bakeoff.spec import Spec
+from bakeoff.store import Store, TrialRecord
+from bakeoff.judge.triage import Diagnosis, classify
+
+Progress = Callable[[str, str], None]  # (phase, last log line)
+
+
+class Interrupted(Exception):
+    """Raised inside a trial when the user pressed Ctrl-C; the trial is saved as interrupted."""
+
+
+@dataclass
+class Launch:
+    argv: list[str]
+    env: dict[str, str]
+    port: int
+
+
+@dataclass
+class ReadyOutcome:
+    ready: bool
+    phases: dict[str, float] = field(default_factory=dict)
+    exit_code: int | None = None
+    timed_out: bool = False
+    hung: bool = False
+    last_line: str = ""
+
+
+def build_launch(spec: Spec, engine: Engine, planned: Planned, port: int, model_path: str) -> Launch:
+    """The exact argv and env of one configuration (what `bakeoff plan` prints)."""
+    axis_args, axis_env = axis_env_and_args(spec, planned.config)
+    model_path = model_of(spec, planned.config, model_path)
+    ctx = LaunchContext(model=model_path, host=spec.server.host, port=port, args=list(spec.server.args),
+                        axis_args=axis_args, served_model_name=spec.model.name)
+    defaults = getattr(engine, "default_env", None)  # an engine's env needs; the spec wins
+    env = {**(defaults(ctx) if defaults else {}), **spec.server.env, **axis_env}
+    return Launch(engine.command(ctx), env, port)
+
+
+class TrialRunner:
+    def __init__(self, spec: Spec, engine: Engine, host: Host, store: Store, sweep_dir: Path,
+                 model_path: str, progress: Progress | None = None, should_stop: Callable[[], bool] = lambda: False) -> None:
+        self.spec, self.engine, self.host, self.store = spec, engine, host, store
+        self.dir = Path(sweep_dir)
+        self.model_path = model_path
+        self.progress = progress or (lambda phase, line: None)
+        self.should_stop = should_stop
+        self._current: Handle | None = None
+
+    def abort_current(self) -> None:
+        """Ctrl-C: stop the running trial's server now (from a thread, so the signal handler
+        returns at once); probe/bench then fail fast and ``run`` saves the trial as interrupted."""
+        handle = self._current
+        if handle is not None:
+            threading.Thread(target=self.host.stop, args=(handle, 5.0), name="abort-trial", daemon=True).start()
+
+    # -- the steps ---------------------------------------------------------------------------
+    def launch(self, rec: TrialRecord, planned: Planned) -> tuple[TrialRecord, Handle, Launch]:
+        """Start the server; its pid and process group are in the store before we wait on it."""
+        port = self.spec.server.port or self.host.free_port()
+        launch = build_launch(self.spec, self.engine, planned, port, self.model_path)
+        remember(launch.env)
+        log_path = self.dir / "logs" / f"{planned.idx:03d}-{planned.key}.log"
+        self.progress("launch", " ".join(launch.argv[:3]))
+        handle = self.host.start(launch.argv, launch.env, log_path)
+        rec = rec.with_(state="running", argv=launch.argv, env=redact_env(launch.env), log_path=str(log_path),
+                        pid=handle.pid, pgid=handle.pgid, port=port, argv0=launch.argv[0], started=time.time(),
+                        attempts=rec.attempts + 1, verdict=None, cause=None, detail=None)
+        self.store.save(rec)
+        return rec, handle, launch
+
+    def wait_ready(self, handle: Handle, port: int) -> ReadyOutcome:
+        """Poll until every health path answers 200. Returns at once when the process exits,
+        when the log is silent for ``hang_timeout_s``, or at ``startup_timeout_s``."""
+        srv = self.spec.server
+        t0 = time.monotonic()
+        last_change = t0
+        last_size = -1
+        phases: dict[str, float] = {}
+        seen_lines = 0
+        last_line = ""
+        base = f"http://{self._client_host()}:{port}"
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                if self.should_stop():
+                    raise Interrupted()
+                now = time.monotonic()
+                text = self.host.read_log(handle)
+                if len(text) != last_size:
+                    last_size, last_change = len(text), now
+                    lines = text.splitlines()
+                    for line in lines[seen_lines:]:
+                        name = self.engine.phase_of(line)
+                        if name and name not in phases:
+                            phases[name] = round(now - t0, 3)
+                    seen_lines = len(lines)
+                    if lines:
+                        last_line = lines[-1][-200:]
+                        self.progress("starting", last_line)
+                code = self.host.exit_code(handle)
+                if code is not None:
+                    return ReadyOutcome(False, phases, exit_code=code, last_line=last_line)
+                if self._healthy(client, base):
+                    phases.setdefault("ready", round(time.monotonic() - t0, 3))
+                    phases["ready"] = round(time.monotonic() - t0, 3)
+                    return ReadyOutcome(True, phases, last_line=last_line)
+                if now - t0 > srv.startup_timeout_s:
+                    return ReadyOutcome(False, phases, timed_out=True, last_line=last_line)
+                if now - last_change > srv.hang_timeout_s:
+                    return ReadyOutcome(False, phases, hung=True, last_line=last_line)
+                time.sleep(0.25)
+
+    def probe(self, base_url: str, baseline: dict | None) -> tuple[probes.ProbeOutcome, dict]:
+        """Run the probe set three ways and judge it (against the baseline's answers when given)."""
+        self.progress("probe", "")
+        collected = probes.run_probes(base_url, self.spec.probes, model=self._request_model(),
+                                      ctx_size=_ctx_size(self.spec.server.args), timeout_s=self.spec.server.request_timeout_s,
+                                      expect_logprobs=self.engine.supports_logprobs)
+        outcome = probes.judge(collected, self.spec.probes, baseline, expect_logprobs=self.engine.supports_logprobs)
+        return outcome, collected
+
+    def bench(self, base_url: str) -> list[dict]:
+        """Run the load levels; each level says whether its responses passed the detectors."""
+        self.progress("bench", "")
+        levels = measure.run(base_url, self.spec.bench, model=self._request_model(),
+                           ignore_eos=self.engine.supports_ignore_eos, timeout_s=self.spec.server.request_timeout_s * 4,
+                           expect_logprobs=self.engine.supports_logprobs)
+        return [lv.to_json() for lv in levels]
+
+    def teardown(self, handle: Handle, port: int) -> bool:
+        """Stop the whole process tree and confirm the port is free again."""
+        self.progress("teardown", "")
+        self.host.stop(handle)
+        waiter = getattr(self.host, "wait_port_free", None)
+        free = waiter(port) if waiter else self.host.port_is_free(port)
+        gpu_waiter = getattr(self.host, "wait_gpu_free", None)
+        if gpu_waiter is not None and not gpu_waiter({handle.pid}):
+            self.progress("teardown", f"GPU memory of pid {handle.pid} still held after stop")
+        return free
+
+    # -- the whole trial ---------------------------------------------------------------------
+    def run(self, rec: TrialRecord, planned: Planned, baseline: dict | None) -> TrialRecord:
+        """One trial, start to teardown. The host failing under it (an SSH connection lost,
+        say) is an ``infra_error``, not a verdict on the configuration: it is retried on resume.
+        A server the host could not stop is marked ``server_left_running``: the next run stops it."""
+        try:
+            rec, handle, launch = self.launch(rec, planned)
+        except InfraError as err:
+            return _infra_error(rec, err)
+        self._current = handle
+        left_running = None
+        try:
+            result = self._judge(rec, handle, launch, planned, baseline)
+        finally:
+            self._current = None
+            try:
+                if not self.teardown(handle, launch.port):
+                    self.progress("teardown", f"port {launch.port} still busy after stop")
+            except InfraError as err:
+                left_running = str(err)
+                self.progress("teardown", f"could not stop the server: {err}")
+        if left_running:
+            result = result.with_(metrics={**result.metrics, "server_left_running": left_running})
+        return result
+
+    def _judge(self, rec: TrialRecord, handle: Handle, launch: Launch, planned: Planned, baseline: dict | None) -> TrialRecord:
+        base_url = f"http://{self._client_host()}:{launch.port}"
+        try:
+            ready = self.wait_ready(handle, launch.port)
+            if not ready.ready:
+                self._check_stop()
+                return self._failed_start(rec, handle, ready)
+            outcome, collected = self.probe(base_url, baseline)
+            self._check_stop()
+            self.store.put_artifact(rec.key, "probes", probes.results_to_json(collected))
+            if not outcome.passed:
+                died = self._died_serving(rec, handle, ready, "probe")
+                if died:
+                    return died
+                if outcome.detector == "request_error":
+                    failed = self._failed_serving(rec, handle, ready, outcome)
+                    if failed:
+                        return failed
+                return rec.with_(state="finished", verdict="wrong", cause=outcome.detector,
+                                 detail=f"wrong in {outcome.failed_mode} mode ({outcome.detector}): {outcome.detail}",
+                                 evidence=outcome.evidence or [outcome.detail], phases=ready.phases,
+                                 metrics={"probe": outcome.values, "failed_mode": outcome.failed_mode,
+                                          "detector": outcome.detector}, finished=time.time())
+            levels = self.bench(base_url)
+            self._check_stop()
+            invalid = [lv for lv in levels if not lv["valid"]]
+            metrics = {"probe": outcome.values, "levels": levels, **bench.headline(levels)}
+            if invalid or any(lv.get("errors") for lv in levels):
+                died = self._died_serving(rec, handle, ready, "bench")
+                if died:
+                    return died
+            if invalid:
+                lv = invalid[0]
+                return rec.with_(state="finished", verdict="wrong", cause="bench_invalid",
+                                 detail=f"benchmark level {lv['level']}: {lv['why_invalid']}", evidence=[lv["why_invalid"] or ""],
+                                 phases=ready.phases, metrics=metrics, finished=time.time())
+            detail = outcome.detail
+            if planned.changed and baseline is None:  # nothing known-good to diff against
+                metrics["unverified"] = True
+                detail = f"absolute checks only, no healthy baseline to compare with: {detail}"
+            return rec.with_(state="finished", verdict="ok", detail=detail, phases=ready.phases,
+                             metrics=metrics, finished=time.time())
+        except Exception as err:
+            # Ctrl-C killed the server under probe/bench, which may then fail any way it likes
+            if isinstance(err, Interrupted) or self.should_stop():
+                return rec.with_(state="pending", verdict="interrupted", detail="stopped by Ctrl-C; `bakeoff run` again resumes it",
+                                 finished=time.time())
+            if isinstance(err, InfraError):
+                return _infra_error(rec, err)
+            raise
+
+    def _request_model(self) -> str | None:
+        """The ``model`` field the client sends: the served name, unless the engine says
+        otherwise (``transformers serve`` pinned to one model wants it omitted)."""
+        pick = getattr(self.engine, "request_model", None)
+        return pick(self.spec.model.name) if pick else self.spec.model.name
+
+    def _check_stop(self) -> None:
+        if self.should_stop():
+            raise Interrupted()
+
+    def _failed_start(self, rec: TrialRecord, handle: Handle, ready: ReadyOutcome) -> TrialRecord:
+        log = self.host.read_log(handle)
+        diag = classify(log, exit_code=ready.exit_code, engine=self.engine.kind,
+                        timed_out=ready.timed_out, hung=ready.hung)
+        how = (f"exited with code {ready.exit_code} before ready" if ready.exit_code is not None
+               else "no new log line for %ss while not ready" % self.spec.server.hang_timeout_s if ready.hung
+               else "not ready after %ss" % self.spec.server.startup_timeout_s)
+        return _crashed(rec, diag, ready, f"crashed at startup: {how}; {diag.explanation}", exit_code=ready.exit_code)
+
+    def _died_serving(self, rec: TrialRecord, handle: Handle, ready: ReadyOutcome, phase: str) -> TrialRecord | None:
+        """After failed probes or bench requests: was it the answers, or the server (or host)
+        going away under them? A dead server is a crash triaged from its log, an unreachable
+        host raises InfraError; ``None`` means the server is alive and the answers stand."""
+        code = self.host.exit_code(handle)
+        if code is None:
+            return None
+        diag = classify(self.host.read_log(handle), exit_code=code, engine=self.engine.kind)
+        return _crashed(rec, diag, ready, f"crashed while serving ({phase}): exited with code {code}; {diag.explanation}",
+                        exit_code=code, failed_mode=phase)
+
+    def _failed_serving(self, rec: TrialRecord, handle: Handle, ready: ReadyOutcome,
+                        outcome: probes.ProbeOutcome) -> TrialRecord | None:
+        """Requests failed while the server stayed up (HTTP 500s after its engine died, as vLLM's
+        API server does after a CUDA fault): when the log names a known cause, that is the
+        verdict, with the log lines; ``None`` leaves the answers to speak."""
+        diag = classify(self._settled_log(handle), engine=self.engine.kind)
+        if diag.rule is None:
+            return None
+        return _crashed(rec, diag, ready, f"failed while serving ({outcome.failed_mode}): {outcome.detail}; the log says: {diag.explanation}",
+                        extra_evidence=outcome.evidence[:2], failed_mode=outcome.failed_mode, probe=outcome.values)
+
+    def _settled_log(self, handle: Handle, quiet_s: float = 0.3, max_s: float = 3.0) -> str:
+        """The log of a live server once it stops growing: an engine logs its traceback as it
+        fails the request, and that text reaches the log file a moment after the answer."""
+        text = self.host.read_log(handle)
+        deadline = time.monotonic() + max_s
+        while time.monotonic() < deadline:
+            time.sleep(quiet_s)
+            again = self.host.read_log(handle)
+            if again == text:
+                break
+            text = again
+        return text
+
+    def _healthy(self, client: httpx.Client, base: str) -> bool:
+        for path in self.engine.health_paths:
+            try:
+                if client.get(base + path).status_code != 200:
+                    return False
+            except httpx.HTTPError:
+                return False
+        return True
+
+    def _client_host(self) -> str:
+        h = self.spec.server.host
+        remote = getattr(self.host, "client_address", None)
+        return remote or ("127.0.0.1" if h in ("0.0.0.0", "::", "") else h)
+
+
+def _crashed(rec: TrialRecord, diag: Diagnosis, ready: ReadyOutcome, detail: str, *, extra_evidence: list[str] | tuple = (),
+             **metrics) -> TrialRecord:
+    """A ``crashed`` record from a triage diagnosis: its cause, evidence, hint and confidence."""
+    return rec.with_(state="finished", verdict="crashed", cause=diag.cause, detail=detail,
+                     evidence=[*diag.evidence, *extra_evidence], phases=ready.phases,
+                     metrics={"hint": diag.hint, "hard": diag.hard, "confidence": diag.confidence, **metrics},
+                     finished=time.time())
+
+
+def _infra_error(rec: TrialRecord, err: Exception) -> TrialRecord:
+    return rec.with_(state="finished", verdict="infra_error", cause="host",
+                     detail=f"the host failed, not the configuration: {err}; `bakeoff run` again retries this trial",
+                     evidence=[str(err)], finished=time.time())
+
+
+def _ctx_size(args: list[str]) -> int | None:
+    for flag in ("--ctx-size", "-c", "--max-model-len", "--context-length", "--max_seq_len"):
+        if flag in args:
+            i = args.index(flag)
+            if i + 1 < len(args) and args[i + 1].isdigit():
+                return int(args[i + 1])
+    return None
