@@ -1,8 +1,15 @@
-"""``bakeoff run``: resolve spec -> plan -> for each trial: run, triage, record -> report.
+"""``bakeoff run``: resolve spec -> plan -> dispatch trials -> record -> decide -> report.
 
-A killed sweep resumes: finished trials are kept, a trial left "running" by a killed bakeoff
-has its server stopped (pid and process group are in the store) and runs again. Ctrl-C: see
-``StopFlag``. The current trial and phase are mirrored in the store (``Store.progress``). One bad
+One loop for every executor. The baseline runs first and alone (every other verdict is judged
+against its answers); then the strategy proposes configurations while the executor has room,
+each one checked against the known-bad gate (``--known-bad`` matrices, preflight, hard
+failures seen so far) before it is dispatched. Every finished trial is saved, taught to the gate,
+and the decision (final verdicts, recommendation) is made again from the store, so a watcher
+and an interrupted sweep see the same thing the report will say.
+
+Resume: a trial whose identity (model, args, env, engine version, probe and bench settings)
+matches the spec's is kept; a stale one is neither ranked nor reused. A trial left "running"
+by a killed bakeoff has its server stopped and runs again. Ctrl-C: see ``StopFlag``. One bad
 configuration never stops the sweep; only bakeoff's own bugs propagate.
 """
 
@@ -11,20 +18,26 @@ from __future__ import annotations
 import json
 import signal
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from bakeoff.report import markdown as report
+from bakeoff import decide
+from bakeoff.plan import Planned, make_plan, planned
+from bakeoff.plan.base import make_strategy
+from bakeoff.plan.prune import Gate
+from bakeoff.redact import redact_env, redact_obj, remember
+from bakeoff.report import write_reports
 from bakeoff.run.engines.base import get_engine
+from bakeoff.run.executors import Context, Executor, Job, make_executor
 from bakeoff.run.fingerprint import for_spec as fingerprint_for
 from bakeoff.run.hosts import Host, get_host
-from bakeoff.plan import Planned, make_plan, pruned_by
-from bakeoff.judge.probes import results_from_json
-from bakeoff.redact import redact_env, redact_obj, remember
-from bakeoff.spec import Spec, render
-from bakeoff.store import Store, TrialRecord
-from bakeoff.run.trial import TrialRunner, build_launch
+from bakeoff.run.trial import build_launch
+from bakeoff.spec import Spec
+from bakeoff.store import Store, TrialRecord, identity_of, spec_changes
+
+MAX_HOST_FAILURES = 2
 
 
 @dataclass
@@ -38,9 +51,9 @@ class Events:
 
 
 class StopFlag:
-    """First Ctrl-C (or SIGTERM): stop the current trial now, save it as interrupted, write the
-    report and exit. Second: SIGKILL every server at once and exit 130 (143 for SIGTERM) without
-    waiting for anything; the store stays consistent (WAL) and the next run resumes."""
+    """First Ctrl-C (or SIGTERM): stop the current trials now, save them as interrupted, write
+    the report and exit. Second: SIGKILL every server at once and exit 130 (143 for SIGTERM)
+    without waiting for anything; the store stays consistent (WAL) and the next run resumes."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -72,17 +85,7 @@ class StopFlag:
         self._old.clear()
 
 
-def planned_records(spec: Spec, plan: list[Planned], model_path: str) -> list[TrialRecord]:
-    engine = get_engine(spec.engine, **spec.engine_options)
-    out = []
-    for p in plan:
-        port = spec.server.port or 0
-        launch = build_launch(spec, engine, p, port or 8000, model_path)
-        out.append(TrialRecord(key=p.key, idx=p.idx, config={k: v for k, v in p.config.items()},
-                               changed=list(p.changed), argv=redact_obj(launch.argv), env=redact_env(launch.env)))
-    return out
-
-
+# -- resolve -------------------------------------------------------------------------------
 def remember_secrets(spec: Spec) -> None:
     """Secret-named env values of the spec (server.env and env axes) are masked everywhere."""
     remember(spec.server.env)
@@ -99,6 +102,23 @@ def make_host(spec: Spec) -> Host:
     return host
 
 
+def record_for(spec: Spec, p: Planned, model_path: str, identity: str) -> TrialRecord:
+    """The pending record of a planned trial: its argv and env as `bakeoff plan` shows them."""
+    engine = get_engine(spec.engine, **spec.engine_options)
+    launch = build_launch(spec, engine, p, spec.server.port or 8000, model_path)
+    return TrialRecord(key=p.key, idx=p.idx, config=dict(p.config), changed=list(p.changed),
+                       argv=redact_obj(launch.argv), env=redact_env(launch.env), identity=identity)
+
+
+def plan_json(spec: Spec) -> list[dict]:
+    """What `bakeoff plan` prints: each trial's argv and env (an adaptive strategy's first round)."""
+    remember_secrets(spec)
+    model_path = spec.model.resolve()
+    return [{"idx": p.idx, "label": p.label, "changed": list(p.changed), "argv": r.argv, "env": r.env}
+            for p in make_plan(spec) for r in [record_for(spec, p, model_path, "")]]
+
+
+# -- orphans -------------------------------------------------------------------------------
 def recover_orphans(store: Store, host: Host, events: Events) -> int:
     """Stop servers left running by a bakeoff that was killed; put their trials back to pending.
 
@@ -120,7 +140,7 @@ def recover_orphans(store: Store, host: Host, events: Events) -> int:
             n += 1
             events.note(f"stopped orphan server of trial {rec.idx} (pid {rec.pid})")
         if rec.port:
-            _confirm_port_free(host, rec.port, events)
+            confirm_port_free(host, rec.port, events)
         if rec.state == "running":
             store.save(rec.with_(state="pending", verdict=rec.verdict if rec.verdict == "interrupted" else None))
     finder = getattr(host, "find_orphans", None)
@@ -131,7 +151,7 @@ def recover_orphans(store: Store, host: Host, events: Events) -> int:
     return n
 
 
-def _confirm_port_free(host: Host, port: int, events: Events) -> bool:
+def confirm_port_free(host: Host, port: int, events: Events) -> bool:
     waiter = getattr(host, "wait_port_free", None)
     free = waiter(port) if waiter else host.port_is_free(port)
     if not free:
@@ -139,122 +159,168 @@ def _confirm_port_free(host: Host, port: int, events: Events) -> bool:
     return free
 
 
-MAX_HOST_FAILURES = 2
-
-
-def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None, executor: str | None = None,
-              known_bad: dict[tuple[str, str], str] | None = None) -> Path:
+# -- the sweep -----------------------------------------------------------------------------
+def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None,
+              known_bad: dict[frozenset, str] | None = None) -> Path:
+    """Run (or resume) the sweep of ``spec`` in ``out_dir``; returns the Markdown report's path."""
     events = events or Events()
-    out_dir = Path(out_dir)
+    out_dir = Path(out_dir).resolve()
     remember_secrets(spec)
     model_path = spec.model.resolve()
-    plan = make_plan(spec)
     host = make_host(spec)
+    fingerprint = fingerprint_for(spec, host)
+    identity = identity_of(spec, fingerprint)
     with Store(out_dir, lock=True) as store:
-        store.init_sweep(spec.name, spec.model_dump(mode="json"), fingerprint_for(spec, host))
+        for line in spec_changes(store, spec, identity):
+            events.note(line)
+        store.init_sweep(spec.name, spec.model_dump(mode="json"), fingerprint, identity)
         recover_orphans(store, host, events)
-        store.add_trials(planned_records(spec, plan, model_path))
-        bad: dict[tuple[str, str], str] = dict(known_bad or {})
-        from bakeoff.preflight.plan import for_sweep as preflight_bad
-
-        for pair, why in preflight_bad(spec, out_dir, events.note).items():
-            bad.setdefault(pair, why)
-        for rec in store.trials():
-            _learn(rec, bad)
-        engine = get_engine(spec.engine, **spec.engine_options)
-        current: list[str | None] = [None, None]  # trial key, phase: mirrored into the store
-
-        def on_phase(phase: str, line: str) -> None:
-            if phase != current[1]:
-                current[1] = phase
-                store.set_progress(current[0], phase)
-            events.phase(phase, line)
-
-        runner: TrialRunner | None = None
-        stop = StopFlag(on_stop=lambda: runner and runner.abort_current(),
-                        on_hard_stop=getattr(host, "kill_all", lambda: None))
-        with stop:
-            runner = TrialRunner(spec, engine, host, store, out_dir, model_path, on_phase, stop.stopped.is_set)
-            host_failures = 0  # consecutive trials the host failed under
-            for p in plan:
-                if stop.stopped.is_set():
-                    break
-                if host_failures >= MAX_HOST_FAILURES:
-                    events.note(f"stopping: the host failed {host_failures} trials in a row; the rest stay pending "
-                                "and `bakeoff run` again resumes")
-                    break
-                rec = store.get(p.key)
-                if rec.is_finished():
-                    continue
-                # known_bad also maps whole config keys (a failing combination) to their reason
-                why = (pruned_by(p, bad, spec.plan.force) or (known_bad or {}).get(p.key)) if spec.plan.prune else None
-                if why:
-                    cause = ("known_bad" if why in (known_bad or {}).values()
-                             else "preflight" if why.startswith("preflight:") else "pruned")
-                    rec = rec.with_(state="finished", verdict="skipped", cause=cause, detail=why)
-                    store.save(rec)
-                    events.trial_end(rec)
-                    continue
-                events.trial_start(p, len(plan))
-                if spec.server.port:
-                    _confirm_port_free(host, spec.server.port, events)
-                current[:] = [p.key, None]
-                baseline = _baseline_results(store, plan, spec)
-                rec = runner.run(rec, p, baseline if p.changed else None)
-                host_failures = host_failures + 1 if rec.verdict == "infra_error" else 0
-                rec = _judge_speed(rec, store, plan, spec)
-                store.save(rec)
-                events.trial_end(rec)
-                _learn(rec, bad)
-            host_failed = any(t.verdict == "infra_error" for t in store.trials())
-            store.set_progress(None, "interrupted" if stop.stopped.is_set() else "host_failed" if host_failed else "done")
-        report.write(out_dir, store)
+        gate = _gate(spec, out_dir, known_bad, events)
+        stop = StopFlag()
+        ctx = Context(spec, store, host, out_dir, model_path, events, stop.stopped.is_set)
+        with make_executor(spec.executor, ctx) as executor:
+            stop.on_stop, stop.on_hard_stop = executor.interrupt, executor.kill_now
+            with stop:
+                why = _loop(Sweep(spec, store, host, executor, gate, events, model_path, identity, stop.stopped.is_set))
+            store.set_progress(None, why)
+        decision = decide.save(store)
+        report = write_reports(out_dir, store)
+        for line in decision.summary_lines():
+            events.note(line)
         if stop.stopped.is_set():
             events.note("interrupted: the report shows what finished; `bakeoff run` again resumes")
-    return out_dir / "report.md"
+    return report
 
 
-def _learn(rec: TrialRecord, bad: dict[tuple[str, str], str]) -> None:
-    """A hard incompatibility in a single-change trial condemns that axis value."""
-    if rec.verdict == "crashed" and rec.metrics.get("hard") and len(rec.changed) == 1:
-        axis = rec.changed[0]
-        value = render(rec.config[axis])
-        bad.setdefault((axis, value), f"{axis}={value} failed in trial {rec.idx} with {rec.cause} (hard incompatibility)")
+def _gate(spec: Spec, out_dir: Path, known_bad: dict[frozenset, str] | None, events: Events) -> Gate:
+    """Known-bad combinations from ``--known-bad`` matrices and kernel preflight."""
+    from bakeoff.preflight.plan import for_sweep as preflight_bad
+
+    gate = Gate.for_spec(spec)
+    for pairs, why in (known_bad or {}).items():
+        gate.add(pairs, why, "known_bad")
+    for pair, why in preflight_bad(spec, out_dir, events.note).items():
+        gate.add(frozenset([pair]), why, "preflight")
+    return gate
 
 
-def _baseline_results(store: Store, plan: list[Planned], spec: Spec) -> dict | None:
-    base = store.get(plan[0].key)
-    if base is None or base.verdict not in ("ok", "slow"):
+@dataclass
+class Sweep:
+    """The loop's state: everything it reads or writes, in one place."""
+
+    spec: Spec
+    store: Store
+    host: Host
+    executor: Executor
+    gate: Gate
+    events: Events
+    model_path: str
+    identity: str
+    stopped: Callable[[], bool]
+    started: float = 0.0
+
+    def current(self) -> list[TrialRecord]:
+        """This spec's trials (stale ones from an edited spec left out), in order."""
+        return [t for t in self.store.trials() if t.identity == self.identity]
+
+    def history(self) -> list[TrialRecord]:
+        return [t for t in self.current() if t.is_finished()]
+
+
+def _loop(sw: Sweep) -> str:
+    """Dispatch until the strategy has nothing more, the user stops, the host keeps failing or
+    the budget is spent; returns why it stopped (also stored as the sweep's stop reason)."""
+    for rec in sw.current():
+        sw.gate.learn(rec)
+    strategy = make_strategy(sw.spec)
+    running: dict[str, Planned] = {}
+    host_failures = 0
+    sw.started = time.monotonic()
+    while not sw.stopped():
+        if host_failures >= MAX_HOST_FAILURES:
+            sw.events.note(f"stopping: the host failed {host_failures} trials in a row; the rest stay pending "
+                           "and `bakeoff run` again resumes")
+            break
+        proposals = _propose(sw, strategy, running)
+        for cfg in proposals:
+            _dispatch(sw, cfg, running)
+        if not running:
+            if proposals:
+                continue  # every proposal was skipped: ask again
+            break
+        for rec in sw.executor.wait():
+            running.pop(rec.key, None)
+            host_failures = host_failures + 1 if rec.verdict == "infra_error" else 0
+            sw.store.save(rec)
+            sw.gate.learn(rec)
+            decide.save(sw.store)
+            sw.events.trial_end(sw.store.get(rec.key))
+    why = ("interrupted" if sw.stopped() else "host_failed" if any(t.verdict == "infra_error" for t in sw.current())
+           else "budget" if _budget_left(sw) == 0 else "done")
+    sw.store.set_meta("stop_reason", {"done": strategy.why_done or "done",
+                                      "budget": "the search budget ran out (plan.max_trials / plan.max_hours)"}.get(why, why))
+    return why
+
+
+def _propose(sw: Sweep, strategy, running: dict[str, Planned]) -> list[dict]:
+    """The baseline first and alone; then what the strategy asks for, as far as the executor
+    has room and the budget allows."""
+    base_cfg = sw.spec.baseline_config()
+    if not _trial(sw, base_cfg).is_finished():
+        return [] if running else [base_cfg]
+    n = min(sw.executor.capacity(), _budget_left(sw))
+    return strategy.ask(sw.history(), [p.config for p in running.values()], n) if n > 0 else []
+
+
+def _dispatch(sw: Sweep, cfg: dict, running: dict[str, Planned]) -> None:
+    """Skip ``cfg`` when it holds a known-bad combination, else hand it to the executor."""
+    rec = _trial(sw, cfg)
+    p = planned(rec.idx, cfg, sw.spec)
+    skip = sw.gate.skip(p)
+    if skip:
+        rec = rec.with_(state="finished", verdict="skipped", cause=skip[0], detail=skip[1], finished=time.time())
+        sw.store.save(rec)
+        sw.events.trial_end(rec)
+        return
+    if sw.spec.server.port:
+        confirm_port_free(sw.host, sw.spec.server.port, sw.events)
+    running[rec.key] = p
+    base = _trial(sw, sw.spec.baseline_config())
+    sw.executor.submit(Job(p, rec, _baseline_probes(sw.store, base, p)))
+
+
+def _trial(sw: Sweep, cfg: dict) -> TrialRecord:
+    """The stored record of ``cfg`` for this spec, added as pending when new (or stale)."""
+    p0 = planned(0, cfg, sw.spec)
+    rec = sw.store.get(p0.key)
+    if rec is not None and rec.identity == sw.identity:
+        return rec
+    idx = rec.idx if rec is not None else sw.store.next_idx()
+    fresh = record_for(sw.spec, planned(idx, cfg, sw.spec), sw.model_path, sw.identity)
+    sw.store.save(fresh)
+    return fresh
+
+
+def _budget_left(sw: Sweep) -> int:
+    """How many more launches the plan's budget allows (a large number when it sets none).
+    Skipped trials cost nothing; the baseline counts."""
+    plan, left = sw.spec.plan, 1 << 30
+    if plan.max_trials is not None:
+        launched = sum(1 for t in sw.history() if t.verdict != "skipped")
+        left = max(0, plan.max_trials - launched)
+    if plan.max_hours is not None and time.monotonic() - sw.started > plan.max_hours * 3600:
+        left = 0
+    return left
+
+
+def _baseline_probes(store: Store, base: TrialRecord, p: Planned) -> dict | None:
+    """The baseline's stored answers, when it passed correctness; the reference for ``p``."""
+    if not p.changed:
         return None
-    data = store.artifact(base.key, "probes")
-    return results_from_json(data, spec.probes.set) if data else None
-
-
-def _judge_speed(rec: TrialRecord, store: Store, plan: list[Planned], spec: Spec) -> TrialRecord:
-    """Correct but below ``bench.slow_fraction`` of the baseline's tok/s -> 'slow'."""
-    if rec.verdict != "ok" or not rec.changed:
-        return rec
-    base = store.get(plan[0].key)
-    b = (base.metrics or {}).get("output_tok_s") if base else None
-    t = rec.metrics.get("output_tok_s")
-    if not b or not t:
-        return rec
-    ratio = t / b
-    metrics = {**rec.metrics, "ratio_vs_baseline": round(ratio, 3)}
-    if ratio < spec.bench.slow_fraction:
-        return rec.with_(verdict="slow", metrics=metrics,
-                         detail=f"correct, but {ratio:.2f}x the baseline's output tok/s (threshold {spec.bench.slow_fraction})")
-    return rec.with_(metrics=metrics)
-
-
-def plan_json(spec: Spec) -> list[dict]:
-    remember_secrets(spec)
-    model_path = spec.model.resolve()
-    return [
-        {"idx": r.idx, "label": Planned(r.idx, r.config, tuple(r.changed)).label, "changed": r.changed,
-         "argv": r.argv, "env": r.env}
-        for r in planned_records(spec, make_plan(spec), model_path)
-    ]
+    base = store.get(base.key)
+    if base is None or base.metrics.get("judged", base.verdict) not in ("ok", "slow"):
+        return None
+    return store.artifact(base.key, "probes")
 
 
 def dumps(obj) -> str:

@@ -163,9 +163,24 @@ class Bench(_Strict):
 
 
 class Plan(_Strict):
-    strategy: Literal["baseline", "ofat", "grid"] = "ofat"
+    """``[plan]``: the search strategy (``bakeoff.plan``, one module each) and its budget."""
+
+    strategy: str = "ofat"
     prune: bool = True
     force: list[str] = Field(default=[], description="'axis=value' kept even when pruning would drop it")
+    max_trials: int | None = Field(default=None, gt=0, description="launches at most, the baseline included")
+    max_hours: float | None = Field(default=None, gt=0, description="no new launch after this many hours")
+    patience: int | None = Field(default=None, gt=0, description="adaptive strategies: stop after this many trials without improvement")
+
+    @field_validator("strategy")
+    @classmethod
+    def _known_strategy(cls, v: str) -> str:
+        from bakeoff.plan.base import known
+        from bakeoff.run.engines.base import suggest
+
+        if v not in known():
+            raise ValueError(f"unknown strategy {v!r}{suggest(v, known())}; valid: {', '.join(known())}")
+        return v
 
 
 class Preflight(_Strict):

@@ -21,7 +21,7 @@ from typing import Any
 from bakeoff.errors import StoreError
 from bakeoff.redact import redact_env, redact_obj, redact_text
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: trials.identity (what the result depends on), meta 'decision'
 
 VERDICTS = ("ok", "slow", "wrong", "crashed", "skipped", "interrupted", "infra_error")
 FINISHED_VERDICTS = ("ok", "slow", "wrong", "crashed", "skipped")
@@ -49,7 +49,8 @@ CREATE TABLE IF NOT EXISTS trials (
     log_path TEXT,
     pid INTEGER, pgid INTEGER, port INTEGER, argv0 TEXT,
     started REAL, finished REAL,
-    attempts INTEGER NOT NULL DEFAULT 0
+    attempts INTEGER NOT NULL DEFAULT 0,
+    identity TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS artifacts (
     trial_key TEXT NOT NULL, name TEXT NOT NULL, data TEXT NOT NULL,
@@ -83,6 +84,7 @@ class TrialRecord:
     started: float | None = None
     finished: float | None = None
     attempts: int = 0
+    identity: str = ""  # digest of what the result depends on besides the configuration (``identity_of``)
 
     def __post_init__(self) -> None:
         if self.state not in ("pending", "running", "finished"):
@@ -172,20 +174,46 @@ class Store:
                 raise StoreError(
                     f"{self.path}: written by a newer bakeoff (schema {row['value']}, this one reads {SCHEMA_VERSION}); upgrade bakeoff"
                 )
+            elif int(row["value"]) < SCHEMA_VERSION:
+                # 1 -> 2: trials gain an identity; an old trial's is unknown (''), so it is stale
+                # for any spec: it stays readable, and a resumed sweep runs it again
+                cols = {r["name"] for r in self.db.execute("PRAGMA table_info(trials)")}
+                if "identity" not in cols:
+                    self.db.execute("ALTER TABLE trials ADD COLUMN identity TEXT NOT NULL DEFAULT ''")
+                self.db.execute("UPDATE meta SET value=? WHERE key='schema_version'", (str(SCHEMA_VERSION),))
 
     # -- sweep -----------------------------------------------------------------------------
-    def init_sweep(self, name: str, spec: dict, fingerprint: dict) -> None:
+    def init_sweep(self, name: str, spec: dict, fingerprint: dict, identity: str = "") -> None:
+        """Record the spec this sweep runs now (the latest, when an edited spec resumes a
+        directory) and its identity: trials of another identity are stale."""
         with self._tx():
+            created = self.db.execute("SELECT created FROM sweep WHERE id=1").fetchone()
             self.db.execute(
-                "INSERT OR IGNORE INTO sweep VALUES (1, ?, ?, ?, ?)",
-                (name, json.dumps(redact_obj(spec)), json.dumps(redact_obj(fingerprint)), time.time()),
+                "INSERT OR REPLACE INTO sweep VALUES (1, ?, ?, ?, ?)",
+                (name, json.dumps(redact_obj(spec)), json.dumps(redact_obj(fingerprint)),
+                 created["created"] if created else time.time()),
             )
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('identity', ?)", (identity,))
 
     def sweep(self) -> dict | None:
         row = self.db.execute("SELECT * FROM sweep WHERE id=1").fetchone()
         if row is None:
             return None
-        return {"name": row["name"], "spec": json.loads(row["spec"]), "fingerprint": json.loads(row["fingerprint"]), "created": row["created"]}
+        return {"name": row["name"], "spec": json.loads(row["spec"]), "fingerprint": json.loads(row["fingerprint"]),
+                "created": row["created"], "identity": self.meta("identity")}
+
+    def set_meta(self, key: str, value: Any) -> None:
+        with self._tx():
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, json.dumps(redact_obj(value))))
+
+    def meta(self, key: str) -> Any:
+        row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        if row is None:
+            return None
+        try:
+            return json.loads(row["value"])
+        except json.JSONDecodeError:
+            return row["value"]  # 'identity' and 'schema_version' are stored bare
 
     # -- progress (what the running bakeoff is doing now; for watchers and tests) ----------
     def set_progress(self, trial_key: str | None, phase: str) -> None:
@@ -237,6 +265,15 @@ class Store:
     def trials(self) -> list[TrialRecord]:
         return [_row(r) for r in self.db.execute("SELECT * FROM trials ORDER BY idx")]
 
+    def current(self) -> list[TrialRecord]:
+        """The trials of the spec this sweep runs now (stale ones of an edited spec left out)."""
+        ident = self.meta("identity")
+        return [t for t in self.trials() if ident is None or t.identity == ident]
+
+    def next_idx(self) -> int:
+        row = self.db.execute("SELECT MAX(idx) AS m FROM trials").fetchone()
+        return 0 if row["m"] is None else row["m"] + 1
+
     # -- artifacts -------------------------------------------------------------------------
     def put_artifact(self, trial_key: str, name: str, data: Any) -> None:
         with self._tx():
@@ -258,3 +295,54 @@ def open_readonly(directory: str | os.PathLike) -> Store:
     if not (Path(directory) / "bakeoff.sqlite").exists():
         raise StoreError(f"{directory}: no bakeoff sweep here (bakeoff.sqlite missing)")
     return Store(directory)
+
+
+# -- identity: what a trial's result depends on besides its configuration ------------------------
+# Everything of the spec that can change a result (model, server args and env, engine and its
+# options, host, probes, bench, the baseline and how each axis is applied) and the engine's
+# version; not the name, the plan strategy or the list of values to try.
+IDENTITY_FIELDS = ("engine", "engine_options", "model", "server", "host", "probes", "bench")
+
+
+def identity_parts(spec: Any, fingerprint: dict) -> dict:
+    d = spec.model_dump(mode="json")
+    parts = {k: d.get(k) for k in IDENTITY_FIELDS}
+    parts["server"] = {k: v for k, v in (parts["server"] or {}).items() if k not in ("port",)}
+    parts["axes"] = [{k: a.get(k) for k in ("name", "flag", "env", "model", "style")} for a in d.get("axes", [])]
+    parts["baseline"] = {k: str(v) for k, v in spec.baseline_config().items()}
+    parts["engine_version"] = fingerprint.get("engine_version")
+    parts["model_file"] = _file_stamp(spec)
+    return parts
+
+
+def identity_of(spec: Any, fingerprint: dict) -> str:
+    import hashlib
+
+    blob = json.dumps(redact_obj(identity_parts(spec, fingerprint)), sort_keys=True, default=str)
+    return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
+def _file_stamp(spec: Any) -> list | None:
+    """Size and mtime of a local model file or folder (a re-downloaded model is another model)."""
+    try:
+        path = Path(spec.model.resolve())
+    except Exception:
+        return None
+    if not path.exists():
+        return None
+    st = path.stat()
+    return [st.st_size, int(st.st_mtime)]
+
+
+def spec_changes(store: "Store", spec: Any, identity: str) -> list[str]:
+    """Lines for the user when a sweep directory is resumed with an edited spec: which fields
+    changed and how many finished trials will not be reused."""
+    old = store.sweep()
+    if old is None or old.get("identity") in (None, identity):
+        return []
+    new = spec.model_dump(mode="json")
+    changed = sorted(k for k in set(old["spec"]) | set(new) if k != "name" and redact_obj(old["spec"].get(k)) != redact_obj(new.get(k)))
+    stale = [t for t in store.trials() if t.identity != identity and t.is_finished()]
+    what = ", ".join(changed) or "the engine version or the model file"
+    return [f"the spec changed since this directory's last run ({what}): {len(stale)} finished trial(s) are stale — "
+            "kept in the store, not ranked or recommended; the configurations still in the spec run again"]

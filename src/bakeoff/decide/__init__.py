@@ -1,0 +1,248 @@
+"""Decide: the final verdict of every trial and the recommendation — made here, once.
+
+A trial comes back from its run judged for correctness (``ok`` / ``wrong`` / ``crashed`` …,
+kept in ``metrics["judged"]``). Here, against the baseline and from the stored figures:
+
+* ``slow``: correct, and significantly slower than the baseline (the interval of the ratio lies
+  below 1) by more than ``bench.slow_fraction``;
+* every verdict carries a caution when the baseline itself did not pass: nothing known-good
+  exists, so "ok" only means that absolute checks found nothing;
+* the recommendation: the fastest correct configuration that is faster than the baseline
+  *beyond the noise* (its interval excludes 1); when none is, the baseline (nothing beats it
+  beyond the noise, by how much the noise is said); fallbacks in ranked order.
+
+The result is stored (``save``): final verdicts on the trial rows and the recommendation's
+sentences in the store's meta. Every output (Markdown, HTML, export, compare, status, the
+CLI's last lines) prints those sentences as they are; none decides anything.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass, field
+
+from bakeoff.decide.stats import Ratio, ratio_interval, relative_half_width
+from bakeoff.plan import Planned
+from bakeoff.store import Store, TrialRecord
+
+CORRECT = ("ok", "slow")
+
+
+def label(rec: TrialRecord) -> str:
+    return Planned(rec.idx, rec.config, tuple(rec.changed)).label
+
+
+def command_line(rec: TrialRecord) -> str:
+    """The exact launch command, ready to paste (env shown as VAR=value; secrets masked)."""
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in rec.env.items())
+    cmd = shlex.join(rec.argv)
+    return f"{env} {cmd}" if env else cmd
+
+
+def judged(rec: TrialRecord) -> str | None:
+    """The verdict the trial's own run gave (before the speed judgement)."""
+    return rec.metrics.get("judged", rec.verdict)
+
+
+# -- the objective: what "fastest" means for this sweep ------------------------------------
+@dataclass(frozen=True)
+class Objective:
+    name: str            # "output tok/s at c=4", "goodput (req/s meeting the SLO)"
+    samples: list[float]  # one value per repetition
+    higher_is_better: bool = True
+
+    @property
+    def value(self) -> float:
+        return sum(self.samples) / len(self.samples)
+
+
+def objective_of(rec: TrialRecord) -> Objective | None:
+    """The figure a trial is ranked by: an explicit ``metrics["objective"]`` (e.g. SLO goodput),
+    else output tok/s at the highest valid load level, one sample per repetition."""
+    m = rec.metrics or {}
+    obj = m.get("objective")
+    if obj and obj.get("samples"):
+        return Objective(obj["name"], [float(x) for x in obj["samples"]], obj.get("higher_is_better", True))
+    valid = [lv for lv in m.get("levels") or [] if lv.get("valid")]
+    if not valid:
+        return None
+    top = valid[-1]
+    samples = (top.get("samples") or {}).get("output_tok_s") or [top.get("output_tok_s")]
+    samples = [float(x) for x in samples if x]
+    return Objective(f"output tok/s at {top['level']}", samples) if samples else None
+
+
+# -- the decision --------------------------------------------------------------------------
+@dataclass
+class Pick:
+    key: str
+    idx: int
+    label: str
+    command: str
+    verdict: str
+    value: float | None
+    vs_baseline: dict | None  # Ratio.to_json()
+    sentence: str
+
+
+@dataclass
+class Decision:
+    objective: str = ""
+    baseline_ok: bool = False
+    noise: float | None = None          # the baseline's relative half-width: what "beyond the noise" means
+    winner: Pick | None = None
+    fallbacks: list[Pick] = field(default_factory=list)
+    headline: str = ""                  # the recommendation, one sentence
+    cautions: list[str] = field(default_factory=list)
+    stop_reason: str | None = None
+    verdicts: dict[str, dict] = field(default_factory=dict)  # key -> {verdict, detail, vs_baseline, caution}
+
+    def summary_lines(self) -> list[str]:
+        """The recommendation, its cautions and the fallbacks: every output prints these lines."""
+        lines = [self.headline]
+        if self.winner:
+            lines.append(f"Command: {self.winner.command}")
+        lines += [f"Caution: {c}" for c in self.cautions]
+        for i, f in enumerate(self.fallbacks, 1):
+            lines.append(f"Fallback {i}: {f.sentence}")
+        return lines
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Decision":
+        d = dict(d)
+        d["winner"] = Pick(**d["winner"]) if d.get("winner") else None
+        d["fallbacks"] = [Pick(**f) for f in d.get("fallbacks") or []]
+        return cls(**d)
+
+
+def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None) -> tuple[Decision, list[TrialRecord]]:
+    """The decision over this spec's trials, and the trials with their final verdicts."""
+    base = next((t for t in trials if t.is_baseline), None)
+    base_ok = base is not None and judged(base) in CORRECT
+    base_obj = objective_of(base) if base_ok else None
+    slow_fraction = ((spec.get("bench") or {}).get("slow_fraction")) or 0.8
+    d = Decision(baseline_ok=base_ok, stop_reason=stop_reason)
+    if base_obj:
+        d.objective = base_obj.name
+        d.noise = relative_half_width(base_obj.samples)
+    final = []
+    for t in trials:
+        rec, info = _final(t, base, base_obj, base_ok, slow_fraction)
+        d.verdicts[t.key] = info
+        final.append(rec)
+    _recommend(d, final, base, base_obj)
+    return d, final
+
+
+def _final(t: TrialRecord, base: TrialRecord | None, base_obj: Objective | None, base_ok: bool,
+           slow_fraction: float) -> tuple[TrialRecord, dict]:
+    verdict, detail = judged(t), t.metrics.get("judged_detail", t.detail)
+    metrics = {k: v for k, v in t.metrics.items() if k not in ("vs_baseline", "unverified", "ratio_vs_baseline")}
+    if not t.is_finished():
+        return t, {"verdict": t.verdict, "detail": t.detail}
+    metrics["judged"], metrics["judged_detail"] = verdict, detail
+    info: dict = {}
+    if verdict in CORRECT and t.changed:
+        if not base_ok:
+            metrics["unverified"] = True
+            info["caution"] = (f"absolute checks only: the baseline is {judged(base) if base else 'missing'}, "
+                               "so nothing known-good was there to compare with")
+            detail = f"{info['caution']}; {detail or ''}".rstrip("; ")
+        obj = objective_of(t)
+        r = ratio_interval(obj.samples, base_obj.samples, higher_is_better=obj.higher_is_better) if obj and base_obj else None
+        if r is not None:
+            metrics["vs_baseline"] = r.to_json()
+            metrics["ratio_vs_baseline"] = round(r.ratio, 3)
+            info["vs_baseline"] = r.to_json()
+            if r.call == "worse" and r.ratio < slow_fraction:
+                verdict = "slow"
+                detail = (f"correct, but {r.describe()} the baseline's {obj.name}, significantly below "
+                          f"the slow threshold {slow_fraction}")
+            else:
+                verdict = "ok"
+    info.update(verdict=verdict, detail=detail)
+    return t.with_(verdict=verdict, detail=detail, metrics=metrics), info
+
+
+def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None, base_obj: Objective | None) -> None:
+    correct = [t for t in trials if t.verdict in CORRECT and objective_of(t)]
+    if not correct:
+        d.headline = "No configuration passed correctness: nothing to recommend."
+        if base is not None and not d.baseline_ok:
+            d.cautions.append(_no_known_good(base))
+        return
+
+    def ratio(t: TrialRecord) -> Ratio | None:
+        v = t.metrics.get("vs_baseline")
+        return Ratio(**{k: v[k] for k in ("ratio", "lo", "hi", "n_trial", "n_base", "higher_is_better")}) if v else None
+
+    def rank_key(t: TrialRecord):
+        o = objective_of(t)
+        return -(o.value if o.higher_is_better else -o.value)
+
+    ranked = sorted(correct, key=rank_key)
+    faster = [t for t in ranked if t.changed and t.verdict == "ok" and (r := ratio(t)) is not None and r.call == "better"]
+    if not d.baseline_ok:
+        win = ranked[0]
+        d.cautions.append(_no_known_good(base))
+        d.headline = (f"Recommended, unverified: {label(win)} — {_value(win)}; it passed the absolute checks only "
+                      "(no NaN, garbage, repetition or concurrency drift), not a comparison with known-good answers.")
+    elif faster:
+        win = faster[0]
+        d.headline = (f"Recommended: {label(win)} — {ratio(win).describe()} the baseline's {d.objective}; "
+                      "faster beyond the noise.")
+    else:
+        win = base
+        noise = f" (±{d.noise * 100:.0f} % here)" if d.noise is not None else ""
+        tied = [t for t in ranked if t.changed and (r := ratio(t)) is not None and r.call == "tie"]
+        d.headline = (f"Recommended: the baseline — no configuration is faster than the baseline beyond the noise{noise}"
+                      + (f"; {len(tied)} tied with it." if tied else "."))
+        if all(ratio(t) is None for t in ranked if t.changed) and any(t.changed for t in ranked):
+            d.cautions.append("the speed figures have no interval (fewer than two repetitions): set bench.repetitions "
+                              "to 2 or more before calling any configuration faster")
+    d.objective = d.objective or (objective_of(win).name if objective_of(win) else "")
+    d.winner = _pick(win)
+    d.fallbacks = [_pick(t) for t in ranked if t.key != win.key]
+
+
+def _no_known_good(base: TrialRecord | None) -> str:
+    if base is None:
+        return "NOTHING KNOWN-GOOD: the baseline did not run, so no trial was compared with known-good answers."
+    return (f"NOTHING KNOWN-GOOD: the baseline is {judged(base)} ({base.cause or base.detail or '?'}), so no trial was "
+            "compared with known-good answers; fix the baseline and run again before deploying any of these.")
+
+
+def _value(t: TrialRecord) -> str:
+    o = objective_of(t)
+    return f"{o.value:.1f} {o.name}" if o else "no figure"
+
+
+def _pick(t: TrialRecord) -> Pick:
+    vs = t.metrics.get("vs_baseline")
+    rel = "" if not t.changed else (f", {Ratio(**{k: vs[k] for k in ('ratio', 'lo', 'hi', 'n_trial', 'n_base', 'higher_is_better')}).describe()} the baseline"
+                                    if vs else "")
+    sentence = f"{label(t)} — {_value(t)}{rel} ({t.verdict}): {command_line(t)}"
+    o = objective_of(t)
+    return Pick(t.key, t.idx, label(t), command_line(t), t.verdict, o.value if o else None, vs, sentence)
+
+
+# -- stored once, read by every output ------------------------------------------------------
+def save(store: Store) -> Decision:
+    """Decide over the store's current trials; write final verdicts and the decision back."""
+    sweep = store.sweep() or {"spec": {}}
+    trials = store.current()
+    d, final = decide(sweep["spec"], trials, store.meta("stop_reason"))
+    for old, new in zip(trials, final):
+        if new != old:
+            store.save(new)
+    store.set_meta("decision", d.to_json())
+    return d
+
+
+def load(store: Store) -> Decision:
+    """The stored decision (made by ``save``); an older store without one is decided now."""
+    data = store.meta("decision")
+    return Decision.from_json(data) if data else decide((store.sweep() or {}).get("spec") or {}, store.current())[0]

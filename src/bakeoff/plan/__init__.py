@@ -1,17 +1,15 @@
-"""Strategies that turn a spec into the list of configurations to try.
+"""Plan: which configurations to try, and in what order.
 
-* ``baseline``: the baseline alone.
-* ``ofat``: the baseline, then each other value of each axis with everything else at baseline —
-  every trial differs from the baseline in exactly one axis.
-* ``grid``: every combination, the baseline first.
-Pruning: a value that failed with a hard incompatibility (or a preflight verdict) drops the
-other configurations that contain it, unless the spec forces it.
+A configuration is a dict axis -> value; a :class:`Planned` one has its place in the sweep
+(``idx``) and the axes where it differs from the baseline. A strategy (``base.Strategy``, one
+module each: ``fixed.py`` for baseline / ofat / grid) proposes the next configurations from the
+finished trials (ask/tell through the store: resume replays what is stored). ``prune.Gate``
+skips configurations that contain a combination known to fail.
 """
 
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 from dataclasses import dataclass
 
@@ -40,38 +38,6 @@ def config_key(config: dict[str, Value]) -> str:
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
 
 
-def make_plan(spec: Spec) -> list[Planned]:
-    base = spec.baseline_config()
-    configs: list[dict[str, Value]] = [base]
-    if spec.plan.strategy == "ofat":
-        for axis in spec.axes:
-            for value in axis.values:
-                if render(value) != render(base[axis.name]):
-                    configs.append({**base, axis.name: value})
-    elif spec.plan.strategy == "grid":
-        names = [a.name for a in spec.axes]
-        for combo in itertools.product(*(a.values for a in spec.axes)):
-            cfg = dict(zip(names, combo))
-            if config_key(cfg) != config_key(base):
-                configs.append(cfg)
-    out = []
-    for i, cfg in enumerate(configs):
-        changed = tuple(a.name for a in spec.axes if render(cfg[a.name]) != render(base[a.name]))
-        out.append(Planned(i, cfg, changed))
-    return out
-
-
-def pruned_by(planned: Planned, bad: dict[tuple[str, str], str], force: list[str]) -> str | None:
-    """If ``planned`` contains a known-bad (axis, value) not forced, say why it is skipped."""
-    if not planned.changed:
-        return None
-    for axis in planned.changed:
-        pair = (axis, render(planned.config[axis]))
-        if pair in bad and f"{axis}={pair[1]}" not in force:
-            return bad[pair]
-    return None
-
-
 def axis_env_and_args(spec: Spec, config: dict[str, Value]) -> tuple[list[str], dict[str, str]]:
     """Render a configuration into argv fragments (flag axes) and env entries (env axes).
     A model axis renders into neither: see ``model_of``."""
@@ -92,3 +58,19 @@ def model_of(spec: Spec, config: dict[str, Value], default: str) -> str:
         if axis.model:
             return Model(path=render(config[axis.name])).resolve()
     return default
+
+
+def planned(idx: int, config: dict[str, Value], spec: Spec) -> Planned:
+    """A configuration with its place in the sweep and the axes where it leaves the baseline."""
+    base = spec.baseline_config()
+    return Planned(idx, dict(config), tuple(a.name for a in spec.axes if render(config[a.name]) != render(base[a.name])))
+
+
+def make_plan(spec: Spec) -> list[Planned]:
+    """The configurations a strategy would run if every trial passed (what `bakeoff plan` prints).
+    For an adaptive strategy this is its first round; later rounds depend on results."""
+    from bakeoff.plan.base import make_strategy
+
+    base = spec.baseline_config()
+    configs = [base] + make_strategy(spec).ask([], [], n=10_000)
+    return [planned(i, c, spec) for i, c in enumerate(configs)]

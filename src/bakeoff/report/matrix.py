@@ -172,12 +172,13 @@ def environment_match(theirs: MatrixFile, engine: str, ours: dict) -> str | None
 @dataclass
 class KnownBad:
     pairs: dict[tuple[str, str], str] = field(default_factory=dict)  # (axis, value) bad in any configuration
-    configs: dict[str, str] = field(default_factory=dict)  # config key of this spec's plan -> reason
+    configs: dict[frozenset, str] = field(default_factory=dict)  # {(axis, value), ...} of a whole bad configuration -> reason
     notes: list[str] = field(default_factory=list)
 
-    def merged(self) -> dict:
-        """What ``run_sweep(known_bad=...)`` takes: both kinds of key in one dict."""
-        return {**self.pairs, **self.configs}
+    def merged(self) -> dict[frozenset, str]:
+        """What ``run_sweep(known_bad=...)`` takes: each known-bad combination of (axis, value)
+        pairs (one pair for a bad value, every axis for a bad whole configuration) -> reason."""
+        return {**{frozenset([pair]): why for pair, why in self.pairs.items()}, **self.configs}
 
 
 def load_known_bad(paths: list[str | os.PathLike], spec: Spec, fingerprint: dict | None = None) -> KnownBad:
@@ -217,29 +218,25 @@ def load_known_bad(paths: list[str | os.PathLike], spec: Spec, fingerprint: dict
 
 
 def _bad_configs(m: MatrixFile, spec: Spec, how: str, path: str, out: KnownBad) -> int:
-    """Planned configurations of ``spec`` that equal (on the same axes) one the file found bad."""
-    from bakeoff.plan import make_plan
-
+    """Whole configurations the file found bad, on axes this spec has (mapped to our names) and
+    with values this spec sweeps: a configuration of ours that contains one is skipped."""
     names: dict[str, str] = {}  # their axis name -> ours
+    ours: dict[str, set[str]] = {}
     for their, entry in m.axes.items():
-        ours = _our_axis(spec, their, entry)
-        if ours is not None:
-            names[their] = ours.name
-    bad = {}
-    for c in m.configs:
-        if _config_is_bad(c) and set(c.config) <= set(names):
-            bad.setdefault(tuple(sorted((names[a], v) for a, v in c.config.items())), c)
+        axis = _our_axis(spec, their, entry)
+        if axis is not None:
+            names[their] = axis.name
+            ours[axis.name] = {render(v) for v in axis.values}
+    base = {a: render(v) for a, v in spec.baseline_config().items()}
     n = 0
-    for p in make_plan(spec):
-        if not p.changed or p.key in out.configs:
-            continue  # never the baseline: without it nothing can be judged
-        if any(f"{a}={render(p.config[a])}" in spec.plan.force for a in p.changed):
+    for c in m.configs:
+        if not _config_is_bad(c) or not set(c.config) <= set(names):
             continue
-        c = bad.get(tuple(sorted((a, render(v)) for a, v in p.config.items())))
-        if c is None:
-            continue
-        what = ", ".join(f"{a}={render(p.config[a])}" for a in p.changed)
-        out.configs[p.key] = (f"known bad: this configuration ({what}) was {c.verdict} ({c.cause}) in sweep {m.sweep!r} "
+        pairs = frozenset((names[a], v) for a, v in c.config.items())
+        if any(v not in ours[a] for a, v in pairs) or all(base.get(a) == v for a, v in pairs) or pairs in out.configs:
+            continue  # a value we do not sweep, or our baseline itself: without it nothing can be judged
+        what = ", ".join(f"{a}={v}" for a, v in sorted(pairs) if base.get(a) != v)
+        out.configs[pairs] = (f"known bad: this configuration ({what}) was {c.verdict} ({c.cause}) in sweep {m.sweep!r} "
                               f"(matched on {how}), from {path}")
         n += 1
     return n

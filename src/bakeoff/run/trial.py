@@ -223,11 +223,8 @@ class TrialRunner:
                 return rec.with_(state="finished", verdict="wrong", cause="bench_invalid",
                                  detail=f"benchmark level {lv['level']}: {lv['why_invalid']}", evidence=[lv["why_invalid"] or ""],
                                  phases=ready.phases, metrics=metrics, finished=time.time())
-            detail = outcome.detail
-            if planned.changed and baseline is None:  # nothing known-good to diff against
-                metrics["unverified"] = True
-                detail = f"absolute checks only, no healthy baseline to compare with: {detail}"
-            return rec.with_(state="finished", verdict="ok", detail=detail, phases=ready.phases,
+            # correct as far as this run can tell; speed and the baseline's health are judged in bakeoff.decide
+            return rec.with_(state="finished", verdict="ok", detail=outcome.detail, phases=ready.phases,
                              metrics=metrics, finished=time.time())
         except Exception as err:
             # Ctrl-C killed the server under probe/bench, which may then fail any way it likes
