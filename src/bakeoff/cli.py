@@ -52,8 +52,6 @@ class _LiveView:
 
     def trial_end(self, rec) -> None:
         self.p.rows.append(rec)
-        if rec.is_baseline:
-            self.p.baseline_tok_s = rec.metrics.get("output_tok_s")
         self.p.current = "-"
         self.p.total = max(self.p.total, len(self.p.rows))
 
@@ -83,18 +81,27 @@ def run(
         view = _LiveView(spec.name, spec.server.startup_timeout_s)
         events = Events(trial_start=view.trial_start, phase=view.on_phase, trial_end=view.trial_end, note=view.note)
         with view.live:
-            if spec.executor == "ray":
-                from bakeoff.run.executors.ray import run_sweep_ray
-
-                report_path = run_sweep_ray(spec, out_dir, events=events, known_bad=bad)
-            else:
-                report_path = run_sweep(spec, out_dir, events=events, known_bad=bad)
+            report_path = run_sweep(spec, out_dir, events=events, known_bad=bad)
             view.p.done = True
     except BakeoffError as err:
         _fail(err)
-    out.print(report_path.read_text(), markup=False, highlight=False)
+    out.print(report_path.read_text(), markup=False, highlight=False, soft_wrap=True)
     console.print(f"report: {report_path}")
+    for line in decision_lines(out_dir):  # the last lines: the stored decision, word for word
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
     _fail_on_host_errors(out_dir)
+
+
+def decision_lines(sweep_dir: Path) -> list[str]:
+    """The stored recommendation, cautions and fallbacks (bakeoff.decide), as every output prints them."""
+    from bakeoff import decide
+    from bakeoff.store import open_readonly
+
+    try:
+        with open_readonly(sweep_dir) as store:
+            return decide.load(store).summary_lines()
+    except BakeoffError:
+        return []
 
 
 def _fail_on_host_errors(out_dir: Path) -> None:
@@ -157,7 +164,7 @@ def report(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
                 console.print(f"html: {write_html(sweep_dir, store)}")
     except BakeoffError as err:
         _fail(err)
-    out.print(path.read_text(), markup=False, highlight=False)
+    out.print(path.read_text(), markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -183,10 +183,8 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None,
             with stop:
                 why = _loop(Sweep(spec, store, host, executor, gate, events, model_path, identity, stop.stopped.is_set))
             store.set_progress(None, why)
-        decision = decide.save(store)
+        decide.save(store)
         report = write_reports(out_dir, store)
-        for line in decision.summary_lines():
-            events.note(line)
         if stop.stopped.is_set():
             events.note("interrupted: the report shows what finished; `bakeoff run` again resumes")
     return report
@@ -230,6 +228,8 @@ class Sweep:
 def _loop(sw: Sweep) -> str:
     """Dispatch until the strategy has nothing more, the user stops, the host keeps failing or
     the budget is spent; returns why it stopped (also stored as the sweep's stop reason)."""
+    for p in make_plan(sw.spec):  # what is known in advance is listed (and counted) from the start
+        _trial(sw, p.config)
     for rec in sw.current():
         sw.gate.learn(rec)
     strategy = make_strategy(sw.spec)

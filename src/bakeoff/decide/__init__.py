@@ -200,7 +200,7 @@ def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None,
         tied = [t for t in ranked if t.changed and (r := ratio(t)) is not None and r.call == "tie"]
         d.headline = (f"Recommended: the baseline — no configuration is faster than the baseline beyond the noise{noise}"
                       + (f"; {len(tied)} tied with it." if tied else "."))
-        if all(ratio(t) is None for t in ranked if t.changed) and any(t.changed for t in ranked):
+        if any(t.changed for t in ranked) and all((r := ratio(t)) is None or r.lo is None for t in ranked if t.changed):
             d.cautions.append("the speed figures have no interval (fewer than two repetitions): set bench.repetitions "
                               "to 2 or more before calling any configuration faster")
     d.objective = d.objective or (objective_of(win).name if objective_of(win) else "")

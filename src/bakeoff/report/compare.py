@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from bakeoff.report.markdown import label
+from bakeoff import decide
+from bakeoff.decide import label
+from bakeoff.decide.stats import ratio_interval
 from bakeoff.store import Store, TrialRecord
 
 
@@ -34,8 +36,8 @@ def _v(t: TrialRecord | None) -> str | None:
 
 
 def compare(a: Store, b: Store, threshold: float = 0.1) -> dict:
-    ta = {t.key: t for t in a.trials()}
-    tb = {t.key: t for t in b.trials()}
+    ta = {t.key: t for t in a.current()}
+    tb = {t.key: t for t in b.current()}
     keys = list(ta) + [k for k in tb if k not in ta]
     rows = []
     for k in keys:
@@ -49,18 +51,27 @@ def compare(a: Store, b: Store, threshold: float = 0.1) -> dict:
             change = "only_a"
         elif _v(x) != _v(y):
             change = "verdict"
-        elif ratio is not None and ratio > 1 + threshold:
-            change = "faster"
-        elif ratio is not None and ratio < 1 - threshold:
-            change = "slower"
         else:
-            change = "same"
+            change = _speed_change(x, y, ratio, threshold)
         rows.append(Row(k, label(x or y), _v(x), _v(y), x.cause if x else None, y.cause if y else None, sa, sb, ratio,
                         x.metrics.get("ttft_p50_ms") if x else None, y.metrics.get("ttft_p50_ms") if y else None, change))
     sa_, sb_ = a.sweep() or {}, b.sweep() or {}
-    return {"a": _side(a, sa_), "b": _side(b, sb_), "environment": env_diff(sa_.get("fingerprint") or {}, sb_.get("fingerprint") or {}),
+    return {"a": {**_side(a, sa_), "recommendation": decide.load(a).summary_lines()},
+            "b": {**_side(b, sb_), "recommendation": decide.load(b).summary_lines()}, "environment": env_diff(sa_.get("fingerprint") or {}, sb_.get("fingerprint") or {}),
             "threshold": threshold, "rows": [asdict(r) for r in rows],
             "changed": sum(1 for r in rows if r.change != "same")}
+
+
+def _speed_change(x: TrialRecord, y: TrialRecord, ratio: float | None, threshold: float) -> str:
+    """faster / slower only beyond the noise: the interval of B/A (repetitions on both sides)
+    must exclude 1 and the ratio must leave 1 ± threshold; else "same"."""
+    oa, ob = decide.objective_of(x), decide.objective_of(y)
+    r = ratio_interval(ob.samples, oa.samples) if oa and ob else None
+    if ratio is None or r is None or abs(ratio - 1) <= threshold:
+        return "same"
+    if r.lo is None:  # one run a side: no interval, so only the threshold speaks
+        return "faster" if ratio > 1 else "slower"
+    return {"better": "faster", "worse": "slower"}.get(r.call, "same")
 
 
 def _side(store: Store, sweep: dict) -> dict:

@@ -14,7 +14,9 @@ from html import escape
 from pathlib import Path
 
 from bakeoff.errors import BakeoffError
-from bakeoff.report.markdown import CORRECT, command_line, label, ranking
+from bakeoff import decide
+from bakeoff.decide import CORRECT, label
+from bakeoff.report.markdown import ratio_cell
 from bakeoff.spec import render as render_value
 from bakeoff.store import Store, TrialRecord
 
@@ -160,13 +162,11 @@ def verdict_matrix(spec: dict, trials: list[TrialRecord]) -> str:
 
 # -- the single-change table -----------------------------------------------------------------
 def change_table(trials: list[TrialRecord]) -> str:
-    base = next((t for t in trials if t.is_baseline), None)
-    btoks = base.metrics.get("output_tok_s") if base else None
     out = ['<table id="single-change"><tr><th>#</th><th>single change</th><th>result</th><th class="num">output tok/s</th>'
-           '<th class="num">TTFT p50 ms</th><th class="num">vs baseline</th><th>evidence</th></tr>']
+           '<th class="num">TTFT p50 ms</th><th class="num">vs baseline (95 % CI)</th><th>evidence</th></tr>']
     for t in trials:
         toks = t.metrics.get("output_tok_s")
-        ratio = f"{toks / btoks:.2f}x" if toks and btoks else "—"
+        ratio = e(ratio_cell(t))
         ev = [f"<div>{e(t.detail)}</div>"] if t.detail else []
         if t.metrics.get("hint"):
             ev.append(f'<div class="hint">hint: {e(t.metrics["hint"])}</div>')
@@ -316,22 +316,18 @@ def _command(cmd_id: str, text: str) -> str:
             f'<pre id="{cmd_id}">{e(text)}</pre></div>')
 
 
-def recommendation(trials: list[TrialRecord]) -> str:
-    ranked = ranking(trials)
-    if not ranked:
-        return '<div class="rec" id="recommendation"><p>No configuration passed correctness: nothing to recommend.</p></div>'
-    base = next((t for t in trials if t.is_baseline), None)
-    btoks = base.metrics.get("output_tok_s") if base else None
-    win = ranked[0]
-    toks = win.metrics["output_tok_s"]
-    out = [f'<div class="rec" id="recommendation"><p><b>{e(label(win))}</b>: {toks:.1f} output tok/s'
-           + (f" ({toks / btoks:.2f}x the baseline)" if btoks else "") + ", passed correctness.</p>",
-           _command("cmd-0", command_line(win))]
-    if len(ranked) > 1:
-        out.append("<p>Fallbacks, fastest first:</p><ol>")
-        for i, t in enumerate(ranked[1:], 1):
-            out.append(f"<li>{e(label(t))} — {t.metrics['output_tok_s']:.1f} tok/s ({e(t.verdict)})"
-                       + _command(f"cmd-{i}", command_line(t)) + "</li>")
+def recommendation(d: decide.Decision) -> str:
+    """The stored decision's sentences (the same words as the Markdown report and the CLI)."""
+    out = [f'<div class="rec" id="recommendation"><p><b>{e(d.headline)}</b></p>']
+    if d.objective:
+        out.append(f"<p>Objective: {e(d.objective)}.</p>")
+    out += [f'<p class="caution"><b>Caution:</b> {e(c)}</p>' for c in d.cautions]
+    if d.winner:
+        out.append(_command("cmd-0", d.winner.command))
+    if d.fallbacks:
+        out.append("<p>Fallbacks, in ranked order:</p><ol>")
+        for i, f in enumerate(d.fallbacks, 1):
+            out.append(f"<li>{e(f.sentence)}" + _command(f"cmd-{i}", f.command) + "</li>")
         out.append("</ol>")
     out.append("</div>")
     return "\n".join(out)
@@ -347,7 +343,7 @@ def skipped_notes(trials: list[TrialRecord]) -> str:
 
 def render_html(store: Store) -> str:
     sweep = store.sweep() or {"name": "?", "spec": {}, "fingerprint": {}, "created": None}
-    spec, fp, trials = sweep["spec"] or {}, sweep["fingerprint"] or {}, store.trials()
+    spec, fp, trials = sweep["spec"] or {}, sweep["fingerprint"] or {}, store.current()
     gpus = fp.get("gpus") or []
     hw = (", ".join(f"{g.get('name')} (sm_{g.get('compute_capability', '?')})" for g in gpus) if gpus
           else f"CPU: {(fp.get('cpu') or {}).get('model', '?')} ({(fp.get('cpu') or {}).get('cores', '?')} cores)")
@@ -368,7 +364,7 @@ def render_html(store: Store) -> str:
         f'<p class="meta">Hardware: {e(hw)}. Fingerprint <code>{e(fp.get("hash", "?"))}</code>{e(" (" + fp["note"] + ")") if fp.get("note") else ""}.</p>',
         '<div class="badges">' + "".join(f'<span style="background:{COLOURS.get(v, "#fff")}">{e(v)}: {n}</span>'
                                          for v, n in counts.items()) + "</div>",
-        "<h2>Recommendation</h2>", recommendation(trials),
+        "<h2>Recommendation</h2>", recommendation(decide.load(store)),
         "<h2>Verdict matrix</h2>", verdict_matrix(spec, trials),
         "<h2>Single changes vs the baseline</h2>", change_table(trials),
         "<h2>Throughput vs latency</h2>", perf_plot(trials),

@@ -2,31 +2,13 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
-from bakeoff.plan import Planned
+from bakeoff import decide
+from bakeoff.decide import CORRECT, command_line, label  # noqa: F401  (renderers import them from here)
 from bakeoff.store import Store, TrialRecord
 
-CORRECT = ("ok", "slow")
 MODES = {"single": "single-request", "long": "long-prompt (near the context length)", "concurrent": "concurrent-requests"}
-
-
-def label(rec: TrialRecord) -> str:
-    return Planned(rec.idx, rec.config, tuple(rec.changed)).label
-
-
-def command_line(rec: TrialRecord) -> str:
-    """The exact launch command, ready to paste (env shown as VAR=value; secrets masked)."""
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in rec.env.items())
-    cmd = shlex.join(rec.argv)
-    return f"{env} {cmd}" if env else cmd
-
-
-def ranking(trials: list[TrialRecord]) -> list[TrialRecord]:
-    """Correct trials, fastest first (output tok/s at the top load level)."""
-    correct = [t for t in trials if t.verdict in CORRECT and t.metrics.get("output_tok_s")]
-    return sorted(correct, key=lambda t: -t.metrics["output_tok_s"])
 
 
 def _fmt(x, spec: str = ".1f") -> str:
@@ -35,9 +17,10 @@ def _fmt(x, spec: str = ".1f") -> str:
 
 def render(store: Store) -> str:
     sweep = store.sweep() or {"name": "?", "spec": {}, "fingerprint": {}}
-    trials = store.trials()
+    trials = store.current()
+    stale = [t for t in store.trials() if t not in trials]
+    decision = decide.load(store)
     spec = sweep["spec"]
-    base = next((t for t in trials if t.is_baseline), None)
     fp = sweep["fingerprint"]
     lines = [f"# bakeoff report: {sweep['name']}", ""]
     lines.append(f"Engine `{spec.get('engine')}`, model `{(spec.get('model') or {}).get('path')}`, "
@@ -46,13 +29,13 @@ def render(store: Store) -> str:
     hw = ", ".join(f"{g.get('name')} (sm_{g.get('compute_capability', '?')})" for g in gpus) if gpus else (fp.get("cpu") or {}).get("model", "CPU")
     ver = f", {spec.get('engine')} {fp['engine_version']}" if fp.get("engine_version") else ""
     lines.append(f"Hardware: {hw}{ver}. Fingerprint `{fp.get('hash', '?')}`" + (f" ({fp['note']})." if fp.get("note") else "."))
+    lines += ["", "## Recommendation", "", *_recommendation(decision)]
     lines += ["", "## Trials", "",
-              "| # | single change vs baseline | verdict | cause | output tok/s | TTFT p50 ms | vs baseline | evidence |",
+              "| # | change vs baseline | verdict | cause | output tok/s | TTFT p50 ms | vs baseline (95 % CI) | evidence |",
               "|---|---|---|---|---|---|---|---|"]
-    btoks = base.metrics.get("output_tok_s") if base else None
     for t in trials:
         toks = t.metrics.get("output_tok_s")
-        ratio = f"{toks / btoks:.2f}x" if toks and btoks else "—"
+        ratio = ratio_cell(t)
         ev = (t.detail or "").replace("|", "\\|").replace("\n", " ")
         if len(ev) > 140:
             ev = ev[:137] + "..."
@@ -92,25 +75,36 @@ def render(store: Store) -> str:
     if pending:
         lines += ["", "## Not finished", ""]
         lines += [f"- trial {t.idx} ({label(t)}): {t.verdict or t.state}" for t in pending]
-    lines += ["", "## Recommendation", ""]
-    ranked = ranking(trials)
-    if not ranked:
-        lines.append("No configuration passed correctness: nothing to recommend.")
-    else:
-        win = ranked[0]
-        lines.append(f"**{label(win)}**: {win.metrics['output_tok_s']:.1f} output tok/s"
-                     + (f" ({win.metrics['output_tok_s'] / btoks:.2f}x the baseline)" if btoks else "")
-                     + ", passed correctness.")
-        if win.metrics.get("unverified"):
-            lines += ["", f"**Caution:** the baseline is {base.verdict if base else 'missing'}, so this trial was not compared "
-                      "with known-good answers: it passed the absolute detectors (no NaN, garbage, or concurrency drift), "
-                      "which is weaker than matching a baseline. Fix the baseline and run again before trusting it."]
-        lines += ["", "```sh", command_line(win), "```"]
-        if len(ranked) > 1:
-            lines += ["", "Fallbacks, fastest first:", ""]
-            for i, t in enumerate(ranked[1:], 1):
-                lines.append(f"{i}. {label(t)} — {t.metrics['output_tok_s']:.1f} tok/s ({t.verdict}): `{command_line(t)}`")
+    if stale:
+        lines += ["", "## Stale (from an earlier spec: not ranked, not recommended)", ""]
+        lines += [f"- trial {t.idx} ({label(t)}): {t.verdict or t.state}" for t in stale]
+    if decision.stop_reason:
+        lines += ["", f"Search stopped: {decision.stop_reason}."]
     return "\n".join(lines) + "\n"
+
+
+def _recommendation(d: decide.Decision) -> list[str]:
+    """The decision's sentences, as every other output prints them."""
+    lines = [f"**{d.headline}**"]
+    if d.objective:
+        lines += ["", f"Objective: {d.objective}."]
+    for c in d.cautions:
+        lines += ["", f"**Caution:** {c}"]
+    if d.winner:
+        lines += ["", "```sh", d.winner.command, "```"]
+    if d.fallbacks:
+        lines += ["", "Fallbacks, in ranked order:", ""]
+        lines += [f"{i}. {f.sentence}" for i, f in enumerate(d.fallbacks, 1)]
+    return lines
+
+
+def ratio_cell(t: TrialRecord) -> str:
+    vs = t.metrics.get("vs_baseline")
+    if not vs:
+        return "—"
+    if vs.get("lo") is None:
+        return f"{vs['ratio']:.2f}x (no CI)"
+    return f"{vs['ratio']:.2f}x ({vs['lo']:.2f}–{vs['hi']:.2f}) {vs['call']}"
 
 
 def write(out_dir: Path, store: Store) -> Path:

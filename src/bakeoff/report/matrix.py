@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bakeoff.errors import SpecError
 from bakeoff.spec import Spec, render
+from bakeoff import decide
 from bakeoff.store import Store, TrialRecord
 
 FORMAT = "bakeoff-compat-matrix"
@@ -71,6 +72,7 @@ class MatrixFile(_Strict):
     fingerprint: dict[str, Any]
     axes: dict[str, AxisEntry]
     configs: list[ConfigEntry]
+    recommendation: list[str] = []  # the sweep's decision, as its report states it
 
 
 # launch failures that the same configuration repeats on the same environment (not a busy
@@ -92,7 +94,7 @@ def export_matrix(store: Store) -> dict:
     sweep = store.sweep() or {}
     spec = sweep.get("spec") or {}
     fp = sweep.get("fingerprint") or {}
-    trials = store.trials()
+    trials = store.current()
     base = next((t for t in trials if t.is_baseline), None)
     axes: dict[str, dict] = {}
     for a in spec.get("axes") or []:
@@ -110,7 +112,8 @@ def export_matrix(store: Store) -> dict:
     model = spec.get("model") or {}
     return {"format": FORMAT, "version": VERSION, "sweep": sweep.get("name", "?"), "engine": spec.get("engine", "?"),
             "engine_version": fp.get("engine_version"), "model": model.get("name") or model.get("path"),
-            "fingerprint": fp, "axes": axes, "configs": configs}
+            "fingerprint": fp, "axes": axes, "configs": configs,
+            "recommendation": decide.load(store).summary_lines()}
 
 
 def _result(t: TrialRecord) -> dict:

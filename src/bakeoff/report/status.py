@@ -17,6 +17,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from bakeoff.decide import Decision
 from bakeoff.store import Store, TrialRecord
 
 VERDICT_STYLE = {"ok": "green", "slow": "yellow", "wrong": "red", "crashed": "red", "skipped": "dim",
@@ -34,21 +35,23 @@ class Progress:
     timeout_s: float = 0.0  # startup timeout of the current trial
     last_line: str = ""
     rows: list[TrialRecord] = field(default_factory=list)  # finished trials, in order
-    baseline_tok_s: float | None = None
+    recommendation: list[str] = field(default_factory=list)  # the stored decision's lines (bakeoff.decide)
     runner: str = ""  # who runs the sweep ('this process', 'pid 123', 'no run active')
     done: bool = False
 
 
 def label(rec: TrialRecord) -> str:
-    from bakeoff.report.markdown import label as _label
+    from bakeoff.decide import label as _label
 
     return _label(rec)
 
 
-def result_row(rec: TrialRecord, baseline_tok_s: float | None) -> tuple[str, ...]:
+def result_row(rec: TrialRecord) -> tuple[str, ...]:
+    from bakeoff.report.markdown import ratio_cell
+
     toks = rec.metrics.get("output_tok_s")
     ttft = rec.metrics.get("ttft_p50_ms")
-    ratio = f"{toks / baseline_tok_s:.2f}x" if toks and baseline_tok_s else "—"
+    ratio = ratio_cell(rec)
     verdict = rec.verdict or rec.state
     style = VERDICT_STYLE.get(verdict, "")
     ready = (rec.phases or {}).get("ready")
@@ -88,8 +91,10 @@ def render(p: Progress, now: float | None = None) -> Group:
                       ("TTFT p50 ms", "right"), ("vs base", "right"), ("ready", "right")):
         table.add_column(col, justify=just)
     for rec in p.rows:
-        table.add_row(*result_row(rec, p.baseline_tok_s))
-    return Group(head, table)
+        table.add_row(*result_row(rec))
+    if not p.recommendation:
+        return Group(head, table)
+    return Group(head, table, Text("\n".join(p.recommendation)))
 
 
 # -- reading a sweep another process is running ------------------------------------------------
@@ -145,11 +150,11 @@ def runner_of(sweep_dir: Path) -> tuple[int | None, bool]:
 def from_store(store: Store) -> Progress:
     sweep = store.sweep() or {"name": "?", "spec": {}}
     spec = sweep["spec"] or {}
-    trials = store.trials()
-    base = next((t for t in trials if t.is_baseline), None)
+    trials = store.current()
     pid, alive = runner_of(store.dir)
+    decision = store.meta("decision")
     p = Progress(name=sweep["name"], total=len(trials), rows=[t for t in trials if t.is_finished()],
-                 baseline_tok_s=(base.metrics.get("output_tok_s") if base else None),
+                 recommendation=Decision.from_json(decision).summary_lines() if decision else [],
                  timeout_s=float((spec.get("server") or {}).get("startup_timeout_s") or 0))
     p.runner = f"pid {pid}" + ("" if alive else " (not running)") if pid else "no run has held this directory"
     running = [t for t in trials if t.state == "running" and t.verdict is None]

@@ -22,21 +22,17 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 import psutil
 
-from bakeoff.report import markdown as report
 from bakeoff.errors import BakeoffError, InfraError, SpecError
-from bakeoff.run.executors import Recorder, run_detached
-from bakeoff.run.fingerprint import for_spec as fingerprint_for
-from bakeoff.run.hosts.base import Host
+from bakeoff.plan import Planned
+from bakeoff.run.executors.base import Context, Executor, Job, Recorder, run_job, runner_for
+from bakeoff.run.hosts import get_host
 from bakeoff.run.hosts.local import TAG_ENV
-from bakeoff.plan import Planned, make_plan, pruned_by
 from bakeoff.spec import RayOptions, Spec
-from bakeoff.store import Store, TrialRecord
-from bakeoff.pipeline import (Events, StopFlag, _judge_speed, _learn, make_host, planned_records, recover_orphans,
-                           remember_secrets)
+from bakeoff.store import TrialRecord
 
 try:
     import ray
@@ -127,7 +123,10 @@ def _trial_task(spec: Spec, planned: Planned, rec: TrialRecord, sweep_dir: str, 
             board.update.remote(token, {"phase": phase, "line": line})
 
     recorder = Recorder(on_save)
-    done = run_detached(spec, planned, rec, log_root, spec.model.resolve(), baseline_probes, recorder, progress=progress)
+    host = get_host(spec.host)
+    host.max_log_bytes = spec.server.max_log_bytes
+    runner = runner_for(spec, host, recorder, log_root, spec.model.resolve(), progress=progress)
+    done = run_job(runner, Job(planned, rec, baseline_probes))
     out = {"record": dataclasses.asdict(done), "artifacts": recorder.artifacts, "node": me}
     if not same_machine:
         if done.log_path and Path(done.log_path).exists():
@@ -167,41 +166,7 @@ def _kill_task(pid: int, pgid: int, argv0: str | None) -> bool:
     return LocalHost().kill_orphan(pid, pgid, argv0)
 
 
-# -- the driver ----------------------------------------------------------------------------
-def run_sweep_ray(spec: Spec, out_dir: Path, *, events: Events | None = None,
-                  known_bad: dict[tuple[str, str], str] | None = None) -> Path:
-    """``bakeoff run --executor ray``: same plan, store, verdicts and report as the local executor."""
-    if ray is None:
-        raise SpecError("executor 'ray' needs the ray package: pip install 'ray==2.60.0'")
-    if spec.host.get("kind", "local") != "local":
-        raise SpecError("executor 'ray' runs each trial on a Ray node: host.kind must be 'local'")
-    events = events or Events()
-    out_dir = Path(out_dir).resolve()
-    remember_secrets(spec)
-    model_path = spec.model.resolve()
-    plan = make_plan(spec)
-    if spec.server.port:
-        events.note(f"server.port = {spec.server.port} is fixed: parallel trials on one node will collide; set 0")
-    with Store(out_dir, lock=True) as store:
-        store.init_sweep(spec.name, spec.model_dump(mode="json"), fingerprint_for(spec))
-        host = make_host(spec)
-        recover_orphans(store, host, events)
-        store.add_trials(planned_records(spec, plan, model_path))
-        bad: dict[tuple[str, str], str] = dict(known_bad or {})
-        for rec in store.trials():
-            _learn(rec, bad)
-        with connected(spec.ray):
-            stop = StopFlag()
-            dispatcher = _Dispatcher(spec, plan, store, host, out_dir, events, bad, dict(known_bad or {}), stop.stopped.is_set)
-            stop.on_hard_stop = dispatcher.kill_now  # second Ctrl-C
-            with stop:
-                dispatcher.run()
-        report.write(out_dir, store)
-        if stop.stopped.is_set():
-            events.note("interrupted: the report shows what finished; `bakeoff run` again resumes")
-    return out_dir / "report.md"
-
-
+# -- the executor --------------------------------------------------------------------------
 @contextmanager
 def connected(opts: RayOptions) -> Iterator[None]:
     """Use the running Ray (tests, notebooks), else join ``address`` or start a local cluster."""
@@ -228,75 +193,133 @@ def _worker_died_errors() -> tuple[type, ...]:
             e.LocalRayletDiedError, e.ObjectLostError)
 
 
-class _Dispatcher:
-    def __init__(self, spec: Spec, plan: list[Planned], store: Store, host: Host, out_dir: Path, events: Events,
-                 bad: dict, known_bad: dict, should_stop: Callable[[], bool]) -> None:
-        self.spec, self.plan, self.store, self.host, self.dir = spec, plan, store, host, out_dir
-        self.events, self.bad, self.known_bad, self.should_stop = events, bad, known_bad, should_stop
-        self.task = ray.remote(_trial_task)
-        self.board = ray.remote(num_cpus=0)(_Board).remote()
-        self.running: dict[Any, tuple[Planned, int, dict]] = {}  # ref -> (trial, token, resources it holds)
-        self.queue: list[Planned] = []  # dispatched only when they fit: pruning still sees them
+class RayExecutor(Executor):
+    """Trials as Ray tasks, as many at once as their resources fit in the cluster."""
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(ctx)
+        if ray is None:
+            raise SpecError("executor 'ray' needs the ray package: pip install 'ray==2.60.0'")
+        spec = ctx.spec
+        if spec.host.get("kind", "local") != "local":
+            raise SpecError("executor 'ray' runs each trial on a Ray node: host.kind must be 'local'")
+        if spec.server.port:
+            ctx.events.note(f"server.port = {spec.server.port} is fixed: parallel trials on one node will collide; set 0")
+        self.spec, self.store, self.host, self.dir, self.events = spec, ctx.store, ctx.host, ctx.out_dir, ctx.events
+        self.should_stop = ctx.should_stop
+        self.running: dict[Any, tuple[Job, int, dict]] = {}  # ref -> (job, token, resources it holds)
+        self.queue: list[Job] = []  # submitted but not yet fitting next to the running ones
+        self.ended: list[TrialRecord] = []  # ended without running (no resources)
         self.info: dict[int, dict] = {}  # token -> what its worker posted
         self.announced: set[int] = set()
         self.deaths: dict[str, int] = {}
-        self.cancelled: dict[str, str] = {}  # key -> why it was pruned while queued
         self.next_token = 0
         self.hostname = socket.gethostname()
         self.local_cluster = spec.ray.address == "local"
+        self._conn = connected(spec.ray)
 
-    def run(self) -> None:
-        """The baseline alone (later trials compare against it), then the rest in parallel."""
+    def __enter__(self) -> "RayExecutor":
+        self._conn.__enter__()
+        self.task = ray.remote(_trial_task)
+        self.board = ray.remote(num_cpus=0)(_Board).remote()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
         try:
-            base = self.plan[0]
-            if not self.store.get(base.key).is_finished():
-                self._submit(base)
-                self._drain()
-            self.queue = [p for p in self.plan[1:] if not self.store.get(p.key).is_finished()]
-            self._drain()
-        finally:
             self._stop_all("stopped by Ctrl-C" if self.should_stop() else "sweep aborted")
             try:
                 ray.kill(self.board)
             except ray.exceptions.RayError:
                 pass
+        finally:
+            self._conn.__exit__(*exc)
+
+    # -- the contract ----------------------------------------------------------------------
+    def capacity(self) -> int:
+        """How many more trials of the baseline's size fit next to the running ones (at least
+        one when nothing runs: a trial larger than the cluster is reported, not starved)."""
+        if self.queue:
+            return 0
+        need = _need(trial_resources(self.store.get(self._base_key()) or self._any_record(), self.spec.ray))
+        free = self._free()
+        fits = [int(free.get(k, 0) // v) for k, v in need.items() if v]
+        n = min(fits) if fits else 64
+        return max(n, 0 if self.running else 1)
+
+    def running_count(self) -> int:
+        return len(self.running)
+
+    def submit(self, job: Job) -> None:
+        self.queue.append(job)
+        self._top_up()
+
+    def wait(self) -> list[TrialRecord]:
+        """Records of trials that ended; a worker that died is re-run (``[ray] max_retries``)."""
+        done, self.ended = self.ended, []
+        while not done and (self.running or self.queue) and not self.should_stop():
+            self._top_up()
+            if not self.running:
+                continue
+            ready, _ = ray.wait(list(self.running), num_returns=1, timeout=POLL_S)
+            self._poll_board()
+            for ref in ready:
+                rec = self._collect(ref)
+                if rec is not None:
+                    done.append(rec)
+        return done
+
+    def kill_now(self) -> None:
+        """Second Ctrl-C: SIGKILL every server of this sweep on this machine, without waiting."""
+        for pid in tagged_servers(self.dir):
+            for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+                try:
+                    kill()
+                except OSError:
+                    pass
 
     # -- dispatch ----------------------------------------------------------------------------
-    def _submit(self, p: Planned) -> None:
-        rec = self.store.get(p.key)
+    def _base_key(self) -> str:
+        from bakeoff.plan import config_key
+
+        return config_key(self.spec.baseline_config())
+
+    def _any_record(self) -> TrialRecord:
+        return self.queue[0].record if self.queue else next(iter(self.running.values()))[0].record
+
+    def _start(self, job: Job) -> TrialRecord | None:
+        rec = job.record
         res = trial_resources(rec, self.spec.ray)
         missing = self._infeasible(res)
         if missing:
-            self._finish(rec.with_(state="finished", verdict="infra_error", cause="no_resources", detail=missing,
-                                   finished=time.time()))
-            return
+            return rec.with_(state="finished", verdict="infra_error", cause="no_resources", detail=missing,
+                             finished=time.time())
         token, self.next_token = self.next_token, self.next_token + 1
-        ref = self.task.options(**res, max_retries=0, name=f"bakeoff-trial-{p.idx}").remote(
-            self.spec, p, rec, str(self.dir), self._baseline_probes(p), self.board, token, self.hostname)
-        self.running[ref] = (p, token, _need(res))
+        ref = self.task.options(**res, max_retries=0, name=f"bakeoff-trial-{job.planned.idx}").remote(
+            self.spec, job.planned, rec, str(self.dir), job.baseline_probes, self.board, token, self.hostname)
+        self.running[ref] = (job, token, _need(res))
+        return None
 
     def _top_up(self) -> None:
-        """Dispatch queued trials while they fit in the cluster next to the running ones.
-
-        Holding the rest here (not in Ray's queue) lets a result that just arrived prune a
-        trial before Ray would start it on the freed CPU.
-        """
+        """Start queued trials while they fit in the cluster next to the running ones."""
         while self.queue and not self.should_stop():
-            p = self.queue[0]
-            if self._skip_if_pruned(p):
-                self.queue.pop(0)
-                continue
-            if self.running and not self._fits(_need(trial_resources(self.store.get(p.key), self.spec.ray))):
+            job = self.queue[0]
+            if self.running and not self._fits(_need(trial_resources(job.record, self.spec.ray))):
                 return
-            self._submit(self.queue.pop(0))
+            self.queue.pop(0)
+            failed = self._start(job)
+            if failed is not None:
+                self.ended.append(failed)
 
-    def _fits(self, need: dict[str, float]) -> bool:
-        total = ray.cluster_resources()
-        used: dict[str, float] = {}
+    def _free(self) -> dict[str, float]:
+        total = dict(ray.cluster_resources())
         for _, _, held in self.running.values():
             for k, v in held.items():
-                used[k] = used.get(k, 0) + v
-        return all(used.get(k, 0) + v <= total.get(k, 0) + 1e-9 for k, v in need.items() if v)
+                total[k] = total.get(k, 0) - v
+        return total
+
+    def _fits(self, need: dict[str, float]) -> bool:
+        free = self._free()
+        return all(v <= free.get(k, 0) + 1e-9 for k, v in need.items() if v)
 
     def _infeasible(self, res: dict) -> str | None:
         if not self.local_cluster:
@@ -306,51 +329,20 @@ class _Dispatcher:
         short = [f"{k}={v:g} (cluster has {total.get(k, 0):g})" for k, v in need.items() if v and v > total.get(k, 0)]
         return "the local Ray cluster cannot fit this trial: needs " + ", ".join(short) if short else None
 
-    def _baseline_probes(self, p: Planned) -> dict | None:
-        base = self.store.get(self.plan[0].key)
-        if not p.changed or base is None or base.verdict not in ("ok", "slow"):
-            return None
-        return self.store.artifact(base.key, "probes")
-
-    def _skip_if_pruned(self, p: Planned) -> bool:
-        why = pruned_by(p, self.bad, self.spec.plan.force) if self.spec.plan.prune else None
-        if not why:
-            return False
-        self._skip(self.store.get(p.key), why)
-        return True
-
-    def _skip(self, rec: TrialRecord, why: str) -> None:
-        cause = "known_bad" if why in self.known_bad.values() else "pruned"
-        self._finish(rec.with_(state="finished", verdict="skipped", cause=cause, detail=why))
-
-    def _finish(self, rec: TrialRecord) -> None:
-        self.store.save(rec)
-        self.events.trial_end(rec)
-
     # -- results -----------------------------------------------------------------------------
-    def _drain(self) -> None:
-        """Save results as trials end, until none is in flight or the user pressed Ctrl-C."""
-        while (self.queue or self.running) and not self.should_stop():
-            self._top_up()
-            if not self.running:
-                continue
-            ready, _ = ray.wait(list(self.running), num_returns=1, timeout=POLL_S)
-            self._poll_board()
-            for ref in ready:
-                self._collect(ref)
-
     def _poll_board(self) -> None:
         try:
             self.info = ray.get(self.board.snapshot.remote(), timeout=10)
         except (ray.exceptions.RayError, TimeoutError):
             return
-        for p, token, _ in list(self.running.values()):
+        for job, token, _ in list(self.running.values()):
+            p = job.planned
             i = self.info.get(token)
             if not i:
                 continue
             if token not in self.announced:
                 self.announced.add(token)
-                self.events.trial_start(p, len(self.plan))
+                self.events.trial_start(p, len(self.store.trials()))
             rec = self.store.get(p.key)
             if i.get("pid") and rec.pid != i["pid"]:  # a killed driver's resume can stop this server
                 self.store.save(rec.with_(state="running", pid=i["pid"], pgid=i["pgid"], argv0=i["argv0"], port=i["port"],
@@ -360,28 +352,23 @@ class _Dispatcher:
                 i["shown"] = i["phase"]
                 self.events.phase(i["phase"], f"[trial {p.idx}] {i.get('line') or ''}")
 
-    def _collect(self, ref: Any) -> None:
-        p, token, _ = self.running.pop(ref)
+    def _collect(self, ref: Any) -> TrialRecord | None:
+        """The finished record of one task (artifacts saved), or None when it is re-run."""
+        job, token, _ = self.running.pop(ref)
+        p = job.planned
         rec = self.store.get(p.key)
         try:
             out = ray.get(ref)
-        except ray.exceptions.TaskCancelledError:
-            self._stop_server(token, p)
-            self._skip(rec, self.cancelled.get(p.key, "cancelled"))
-            return
         except ray.exceptions.OutOfMemoryError as err:
-            self._worker_died(p, token, rec, err, "worker_oom")
-            return
+            return self._worker_died(job, token, rec, err, "worker_oom")
         except _worker_died_errors() as err:
-            self._worker_died(p, token, rec, err, "worker_died")
-            return
+            return self._worker_died(job, token, rec, err, "worker_died")
         except ray.exceptions.RayTaskError as err:
             self._stop_server(token, p)
             if not isinstance(err.cause, BakeoffError):
                 raise  # a bug in bakeoff itself
-            self._finish(rec.with_(state="finished", verdict="infra_error", cause="node_setup", detail=str(err.cause),
-                                   finished=time.time()))
-            return
+            return rec.with_(state="finished", verdict="infra_error", cause="node_setup", detail=str(err.cause),
+                             finished=time.time())
         done = TrialRecord(**out["record"])
         for name, data in out["artifacts"].items():
             self.store.put_artifact(p.key, name, data)
@@ -390,24 +377,11 @@ class _Dispatcher:
             local_log.parent.mkdir(parents=True, exist_ok=True)
             local_log.write_text(out["log_tail"], encoding="utf-8")
             done = done.with_(log_path=str(local_log))
-        done = _judge_speed(done, self.store, self.plan, self.spec)
-        self._finish(done)
-        before = len(self.bad)
-        _learn(done, self.bad)
-        if len(self.bad) > before:
-            self._cancel_pruned()
+        return done
 
-    def _cancel_pruned(self) -> None:
-        """A new hard incompatibility: cancel queued trials that contain the condemned value."""
-        self._poll_board()
-        for ref, (p, token, _) in list(self.running.items()):
-            why = pruned_by(p, self.bad, self.spec.plan.force) if self.spec.plan.prune else None
-            if why and token not in self.info:  # not started yet
-                self.cancelled[p.key] = why
-                ray.cancel(ref)
-
-    def _worker_died(self, p: Planned, token: int, rec: TrialRecord, err: Exception, cause: str) -> None:
-        """Stop the dead worker's server; re-run the trial, or record an infrastructure failure."""
+    def _worker_died(self, job: Job, token: int, rec: TrialRecord, err: Exception, cause: str) -> TrialRecord | None:
+        """Stop the dead worker's server; re-run the trial (None), or record an infrastructure failure."""
+        p = job.planned
         i = self.info.get(token) or {}
         stopped = self._stop_server(token, p)
         self.deaths[p.key] = self.deaths.get(p.key, 0) + 1
@@ -421,21 +395,12 @@ class _Dispatcher:
                          argv0=i.get("argv0", rec.argv0), log_path=i.get("log_path", rec.log_path), attempts=attempts)
         if n <= self.spec.ray.max_retries:
             self.store.save(base.with_(state="pending", verdict=None))
-            self._submit(p)
-            return
-        self._finish(base.with_(state="finished", verdict="infra_error", cause=cause, finished=time.time(),
-                                detail=f"the Ray worker running this trial died {n} time(s) ({type(err).__name__}); "
-                                       f"not a verdict on the configuration",
-                                evidence=[first[:300]]))
-
-    def kill_now(self) -> None:
-        """Second Ctrl-C: SIGKILL every server of this sweep on this machine, without waiting."""
-        for pid in tagged_servers(self.dir):
-            for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-                try:
-                    kill()
-                except OSError:
-                    pass
+            self.queue.insert(0, Job(p, self.store.get(p.key), job.baseline_probes))
+            return None
+        return base.with_(state="finished", verdict="infra_error", cause=cause, finished=time.time(),
+                          detail=f"the Ray worker running this trial died {n} time(s) ({type(err).__name__}); "
+                                 f"not a verdict on the configuration",
+                          evidence=[first[:300]])
 
     def _stop_server(self, token: int, p: Planned | None = None) -> bool:
         """Stop the server a worker started (for a worker that died or was force-cancelled).
@@ -469,11 +434,13 @@ class _Dispatcher:
         if not self.running:
             return
         self._poll_board()
-        for ref, (p, token, _) in self.running.items():
+        self.queue.clear()
+        for ref, (_, token, _) in self.running.items():
             ray.cancel(ref, force=token in self.info)
         ray.wait(list(self.running), num_returns=len(self.running), timeout=15)
         self._poll_board()
-        for ref, (p, token, _) in self.running.items():
+        for ref, (job, token, _) in self.running.items():
+            p = job.planned
             i = self.info.get(token) or {}
             if self._stop_server(token, p):
                 self.events.note(f"trial {p.idx}: stopped its server (pid {i.get('pid', '?')})")

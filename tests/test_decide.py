@@ -1,0 +1,123 @@
+"""bakeoff.decide: final verdicts and the recommendation, made once and printed word for word
+by every output. Recorded trial records, no engine (the real-engine sweeps check the same
+through the CLI in test_e2e_llamacpp.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from bakeoff import decide, spec
+from bakeoff.decide.stats import ratio_interval
+from bakeoff.plan import make_plan
+from bakeoff.store import Store, TrialRecord
+
+
+def _spec(**bench) -> spec.Spec:
+    return spec.Spec.model_validate({"name": "d", "engine": "llamacpp", "model": {"path": "m.gguf"},
+                                     "axes": [{"name": "t", "flag": "--threads", "values": ["1", "2", "3"]}],
+                                     "bench": bench})
+
+
+def _rec(p, verdict: str, samples: list[float] | None, **extra) -> TrialRecord:
+    levels = [] if samples is None else [{"level": "c=4", "valid": True, "output_tok_s": sum(samples) / len(samples),
+                                          "samples": {"output_tok_s": samples}}]
+    return TrialRecord(key=p.key, idx=p.idx, config=dict(p.config), changed=list(p.changed), argv=["llama-server", "-t", p.config["t"]],
+                       env={}, state="finished", verdict=verdict, metrics={"levels": levels, **extra}, identity="i")
+
+
+def _store(tmp_path, s, recs) -> Store:
+    store = Store(tmp_path)
+    store.init_sweep(s.name, s.model_dump(mode="json"), {}, "i")
+    for r in recs:
+        store.save(r)
+    decide.save(store)
+    return store
+
+
+def test_a_single_noisy_sample_never_makes_a_winner(tmp_path):
+    s = _spec()
+    p = make_plan(s)
+    with _store(tmp_path, s, [_rec(p[0], "ok", [100.0]), _rec(p[1], "ok", [150.0]), _rec(p[2], "ok", [90.0])]) as store:
+        d = decide.load(store)
+    assert d.winner.key == p[0].key and d.headline.startswith("Recommended: the baseline")
+    assert any("no interval" in c for c in d.cautions)
+
+
+def test_faster_beyond_the_noise_wins_and_a_tie_does_not(tmp_path):
+    s = _spec()
+    p = make_plan(s)
+    base = [100.0, 102.0, 98.0, 101.0, 99.0]
+    recs = [_rec(p[0], "ok", base), _rec(p[1], "ok", [120.0, 121.0, 119.0, 122.0, 118.0]),
+            _rec(p[2], "ok", [101.0, 97.0, 103.0, 100.0, 99.0])]
+    with _store(tmp_path, s, recs) as store:
+        d = decide.load(store)
+        final = {t.key: t for t in store.current()}
+    assert d.winner.key == p[1].key
+    assert "1.20x (95 % CI" in d.headline and "faster beyond the noise" in d.headline
+    assert final[p[2].key].metrics["vs_baseline"]["call"] == "tie"
+    assert [f.key for f in d.fallbacks] == [p[2].key, p[0].key] or [f.key for f in d.fallbacks] == [p[0].key, p[2].key]
+
+
+def test_slow_needs_an_interval_below_the_threshold(tmp_path):
+    s = _spec(slow_fraction=0.8)
+    p = make_plan(s)
+    recs = [_rec(p[0], "ok", [100.0, 101.0, 99.0]), _rec(p[1], "ok", [60.0, 61.0, 59.0]),
+            _rec(p[2], "ok", [70.0])]  # one run: no interval, so not called slow
+    with _store(tmp_path, s, recs) as store:
+        final = {t.key: t for t in store.current()}
+    assert final[p[1].key].verdict == "slow" and "significantly below" in final[p[1].key].detail
+    assert final[p[2].key].verdict == "ok"
+    assert final[p[1].key].metrics["judged"] == "ok"  # the run's own verdict is kept
+
+
+def test_a_broken_baseline_cautions_every_output(tmp_path):
+    s = _spec()
+    p = make_plan(s)
+    recs = [_rec(p[0], "wrong", None), _rec(p[1], "ok", [120.0, 121.0]), _rec(p[2], "crashed", None)]
+    with _store(tmp_path, s, recs) as store:
+        d = decide.load(store)
+        final = {t.key: t for t in store.current()}
+    assert d.cautions and d.cautions[0].startswith("NOTHING KNOWN-GOOD")
+    assert d.headline.startswith("Recommended, unverified:")
+    assert final[p[1].key].metrics["unverified"] and final[p[1].key].detail.startswith("absolute checks only")
+
+
+def test_ratio_interval_excludes_one_only_for_real_differences():
+    assert ratio_interval([100, 101, 99], [100, 100.5, 99.5]).call == "tie"
+    assert ratio_interval([110, 111, 109], [100, 101, 99]).call == "better"
+    assert ratio_interval([10.0], [100.0]).call == "tie"  # no interval: no claim
+
+
+def _cli(*args) -> str:
+    res = subprocess.run([sys.executable, "-m", "bakeoff.cli", *args], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    return res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("baseline_verdict", ["ok", "wrong"])
+def test_every_output_carries_the_same_decision_word_for_word(tmp_path, baseline_verdict):
+    s = _spec()
+    p = make_plan(s)
+    recs = [_rec(p[0], baseline_verdict, [100.0, 101.0, 99.0] if baseline_verdict == "ok" else None),
+            _rec(p[1], "ok", [120.0, 121.0, 119.0]), _rec(p[2], "ok", [101.0, 99.0, 100.0])]
+    _store(tmp_path, s, recs).close()
+    with Store(tmp_path) as store:
+        d = decide.load(store)
+    must = [d.headline, *d.cautions, *[f.sentence for f in d.fallbacks]]
+    assert len(must) >= 3
+    md = _cli("report", str(tmp_path), "--html")
+    html_text = (tmp_path / "report.html").read_text()
+    import html as h
+
+    _cli("export", str(tmp_path), "-o", str(tmp_path / "m.json"))
+    exported = "\n".join(json.loads((tmp_path / "m.json").read_text())["recommendation"])
+    status = _cli("status", str(tmp_path))
+    for text in must:
+        assert text in md, text
+        assert h.escape(text) in html_text or text in html_text, text
+        assert text in exported, text
+        assert " ".join(text.split()) in " ".join(status.split()), text
