@@ -43,6 +43,14 @@ def render(store: Store) -> str:
         cause = f"{t.cause} ({t.metrics['failed_mode']})" if t.verdict == "wrong" and t.metrics.get("failed_mode") else t.cause or ""
         lines.append(f"| {t.idx} | {label(t)} | **{verdict}** | {cause} | {_fmt(toks)} | "
                      f"{_fmt(t.metrics.get('ttft_p50_ms'))} | {ratio} | {ev} |")
+    energy = [t for t in trials if t.metrics.get("energy")]
+    if energy:
+        lines += ["", "## Energy (GPU, during the benchmark; NVML)", "",
+                  "| # | change vs baseline | tok/s | tokens per joule | mean W | peak W | peak GPU MiB |", "|---|---|---|---|---|---|---|"]
+        for t in energy:
+            en = t.metrics["energy"]
+            lines.append(f"| {t.idx} | {label(t)} | {_fmt(t.metrics.get('output_tok_s'))} | {_fmt(en.get('tok_per_j'), '.3f')} | "
+                         f"{_fmt(en.get('power_w_mean'))} | {_fmt(en.get('power_w_peak'))} | {en.get('gpu_mem_peak_mib', '—')} |")
     failed = [t for t in trials if t.verdict in ("crashed", "wrong", "infra_error")]
     if failed:
         lines += ["", "## Failures and their evidence", ""]

@@ -16,6 +16,7 @@ import httpx
 
 from bakeoff import measure
 from bakeoff.measure import bench
+from bakeoff.measure.power import EnergyMeter
 from bakeoff.judge import probes
 from bakeoff.run.engines.base import Engine, LaunchContext
 from bakeoff.errors import InfraError
@@ -70,6 +71,7 @@ class TrialRunner:
         self.progress = progress or (lambda phase, line: None)
         self.should_stop = should_stop
         self._current: Handle | None = None
+        self.energy: dict | None = None  # GPU energy and memory during the last bench (NVML), when measurable
 
     def abort_current(self) -> None:
         """Ctrl-C: stop the running trial's server now (from a thread, so the signal handler
@@ -146,9 +148,11 @@ class TrialRunner:
     def bench(self, base_url: str) -> list[dict]:
         """Run the load levels; each level says whether its responses passed the detectors."""
         self.progress("bench", "")
-        levels = measure.run(base_url, self.spec.bench, model=self._request_model(),
-                           ignore_eos=self.engine.supports_ignore_eos, timeout_s=self.spec.server.request_timeout_s * 4,
-                           expect_logprobs=self.engine.supports_logprobs)
+        with EnergyMeter(devices=_visible_gpus(self.spec.server.env)) as meter:
+            levels = measure.run(base_url, self.spec.bench, model=self._request_model(),
+                                 ignore_eos=self.engine.supports_ignore_eos, timeout_s=self.spec.server.request_timeout_s * 4,
+                                 expect_logprobs=self.engine.supports_logprobs)
+        self.energy = meter.result(sum(lv.output_tokens for lv in levels))
         return [lv.to_json() for lv in levels]
 
     def teardown(self, handle: Handle, port: int) -> bool:
@@ -214,6 +218,8 @@ class TrialRunner:
             self._check_stop()
             invalid = [lv for lv in levels if not lv["valid"]]
             metrics = {"probe": outcome.values, "levels": levels, **bench.headline(levels)}
+            if self.energy:
+                metrics["energy"] = self.energy
             if invalid or any(lv.get("errors") for lv in levels):
                 died = self._died_serving(rec, handle, ready, "bench")
                 if died:
@@ -317,6 +323,14 @@ def _infra_error(rec: TrialRecord, err: Exception) -> TrialRecord:
     return rec.with_(state="finished", verdict="infra_error", cause="host",
                      detail=f"the host failed, not the configuration: {err}; `bakeoff run` again retries this trial",
                      evidence=[str(err)], finished=time.time())
+
+
+def _visible_gpus(env: dict[str, str]) -> list[int] | None:
+    """The GPU indices a server sees (CUDA_VISIBLE_DEVICES as numbers), else None (all)."""
+    ids = env.get("CUDA_VISIBLE_DEVICES")
+    if ids is None or not all(x.strip().isdigit() for x in ids.split(",") if x.strip()):
+        return None
+    return [int(x) for x in ids.split(",") if x.strip()]
 
 
 def _ctx_size(args: list[str]) -> int | None:
