@@ -56,7 +56,7 @@ class _LiveView:
         self.p.total = max(self.p.total, len(self.p.rows))
 
     def note(self, msg: str) -> None:
-        self.live.console.print(msg, markup=False)
+        self.live.console.print(msg, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -19,7 +19,7 @@ import json
 import signal
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -216,6 +216,7 @@ class Sweep:
     identity: str
     stopped: Callable[[], bool]
     started: float = 0.0
+    gave_up: dict[str, dict] = field(default_factory=dict)  # key -> config: the host failed under it this run
 
     def current(self) -> list[TrialRecord]:
         """This spec's trials (stale ones from an edited spec left out), in order."""
@@ -251,6 +252,8 @@ def _loop(sw: Sweep) -> str:
         for rec in sw.executor.wait():
             running.pop(rec.key, None)
             host_failures = host_failures + 1 if rec.verdict == "infra_error" else 0
+            if rec.verdict == "infra_error":  # retried by the next `bakeoff run`, not by this one
+                sw.gave_up[rec.key] = rec.config
             sw.store.save(rec)
             sw.gate.learn(rec)
             decide.save(sw.store)
@@ -266,10 +269,12 @@ def _propose(sw: Sweep, strategy, running: dict[str, Planned]) -> list[dict]:
     """The baseline first and alone; then what the strategy asks for, as far as the executor
     has room and the budget allows."""
     base_cfg = sw.spec.baseline_config()
-    if not _trial(sw, base_cfg).is_finished():
+    base = _trial(sw, base_cfg)
+    if not base.is_finished() and base.key not in sw.gave_up:
         return [] if running else [base_cfg]
     n = min(sw.executor.capacity(), _budget_left(sw))
-    return strategy.ask(sw.history(), [p.config for p in running.values()], n) if n > 0 else []
+    busy = [p.config for p in running.values()] + list(sw.gave_up.values())
+    return strategy.ask(sw.history(), busy, n) if n > 0 else []
 
 
 def _dispatch(sw: Sweep, cfg: dict, running: dict[str, Planned]) -> None:

@@ -193,7 +193,7 @@ class Store:
                 (name, json.dumps(redact_obj(spec)), json.dumps(redact_obj(fingerprint)),
                  created["created"] if created else time.time()),
             )
-            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('identity', ?)", (identity,))
+            self.db.execute("INSERT OR REPLACE INTO meta VALUES ('identity', ?)", (json.dumps(identity),))
 
     def sweep(self) -> dict | None:
         row = self.db.execute("SELECT * FROM sweep WHERE id=1").fetchone()
@@ -210,10 +210,7 @@ class Store:
         row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         if row is None:
             return None
-        try:
-            return json.loads(row["value"])
-        except json.JSONDecodeError:
-            return row["value"]  # 'identity' and 'schema_version' are stored bare
+        return json.loads(row["value"])
 
     # -- progress (what the running bakeoff is doing now; for watchers and tests) ----------
     def set_progress(self, trial_key: str | None, phase: str) -> None:
