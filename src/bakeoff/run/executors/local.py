@@ -23,9 +23,6 @@ class Local(Executor):
     def capacity(self) -> int:
         return 0 if self._job else 1
 
-    def running(self) -> int:
-        return 1 if self._job else 0
-
     def submit(self, job: Job) -> None:
         assert self._job is None, "the local executor runs one trial at a time"
         self._job = job

@@ -246,9 +246,6 @@ class RayExecutor(Executor):
         n = min(fits) if fits else 64
         return max(n, 0 if self.running else 1)
 
-    def running_count(self) -> int:
-        return len(self.running)
-
     def submit(self, job: Job) -> None:
         self.queue.append(job)
         self._top_up()
