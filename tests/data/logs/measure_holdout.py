@@ -52,13 +52,15 @@ def score(rel: str) -> tuple[str, str, str]:
 def main() -> None:
     held, train = split()
     for name, files in (("held-out", held), ("write-rules-from", train)):
-        tally = Counter()
+        fail, healthy = Counter(), Counter()
         for rel in files:
             kind, want, got = score(rel)
-            tally[kind] += 1
+            (healthy if want == "none" else fail)[kind] += 1
             if kind != "right":
                 print(f"  [{name}] {kind}: {rel} expected {want}, got {got}")
-        print(f"{name}: {len(files)} files: " + ", ".join(f"{k} {v}" for k, v in sorted(tally.items())))
+        print(f"{name}: failure logs {sum(fail.values())}: named right {fail['right']}, unknown {fail['unknown']}, "
+              f"wrong cause {fail['wrong']}; healthy logs {sum(healthy.values())}: quiet {healthy['right']}, "
+              f"false alarm {healthy['false alarm']}")
 
 
 if __name__ == "__main__":
