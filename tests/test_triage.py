@@ -91,8 +91,12 @@ def test_never_a_wrong_cause_over_the_corpus():
         if header["expected"] not in ("none", d.cause) and d.cause != "unknown":
             wrong.append(f"{path.parent.name}/{path.name}: expected {header['expected']}, got {d.cause}")
     assert not wrong
-    named = sum(run_case(p)[1].cause == read_case(p)[0]["expected"] for p in CASES)
-    assert named >= len(CASES) - 3  # known misses carry `named: unknown` in their header
+    # every miss is a known one, marked `named: unknown` in its header (and there are few)
+    failures = [p for p in CASES if read_case(p)[0]["expected"] != "none"]
+    missed = {p.name for p in failures if run_case(p)[1].cause != read_case(p)[0]["expected"]}
+    marked = {p.name for p in failures if read_case(p)[0].get("named") == "unknown"}
+    assert missed == marked
+    assert len(missed) <= 0.05 * len(failures)
 
 
 def test_warning_that_mentions_capability_is_not_a_cause():
@@ -293,3 +297,139 @@ def test_diagnosis_json():
     assert j["cause"] == "port_in_use" and j["evidence"] == ["L1: OSError: [Errno 98] Address already in use"]
     with pytest.raises(Exception):
         d.cause = "x"  # frozen
+
+
+# ---------------------------------------------------------------- the shape matcher
+def test_arch_token_far_from_a_refusal_word_does_not_match():
+    near = "RuntimeError: the sm_90 kernel is not supported here\n"
+    far = "RuntimeError: the sm_90 kernel" + " was launched with a grid that" * 4 + " is not supported here\n"
+    assert classify(near).cause == "arch_unsupported"
+    assert classify(far).cause == "unknown"
+
+
+@pytest.mark.parametrize("line", [
+    "WARNING 03-01 03:24:07 [cuda.py:202] Cannot use Flash Attention backend for Turing GPUs, falling back to Triton",
+    "[2026-01-01 00:00:00 TP0] FP8 is not supported on sm_86; falling back to the Marlin kernel",
+    "UserWarning: Attempting to use hipBLASLt on an unsupported architecture! Overriding blas backend to hipblas",
+    "INFO 10-24 09:50:14 [cuda.py:1] FlashAttention requires compute capability >= 8.0, using XFormers instead",
+    "llama_context: flash_attn requires a GPU with compute capability 7.0 or newer - forcing off",
+    "warmup: WARNING: flash attention not supported by CUDA0, memory usage will increase",
+])
+def test_a_warning_about_a_fallback_is_not_a_failure(line):
+    assert find_cause(line + "\n") is None
+
+
+def test_a_model_architecture_is_not_a_gpu_architecture():
+    for line in ("ValueError: Model architectures ['FooForCausalLM'] are not supported for now.",
+                 "ValueError: Unsupported architectures: ChatGLMForConditionalGeneration. Supported list: [...]"):
+        assert classify(line + "\n").cause == "unknown", line
+
+
+@pytest.mark.parametrize("line,cause", [
+    ("RuntimeError: GPUs with compute capability below 7.0 are not supported.", "arch_unsupported"),
+    ("ValueError: FP8 kernels run only on Ada or Hopper (sm_89+), this GPU is sm_86", "arch_unsupported"),
+    ("RuntimeError: HIP error: invalid device function", "arch_unsupported"),
+    ("AssertionError: gfx1151 is not supported by this build of aiter", "arch_unsupported"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`", "oom_gpu"),
+    ("ValueError: Free memory on device (3.1/23.6 GiB) on startup is less than desired GPU memory utilization", "oom_gpu"),
+    ("[TRT-LLM][ERROR] Executor creation failed due to insufficient GPU memory", "oom_gpu"),
+    ("RuntimeError: DefaultCPUAllocator: not enough memory: you tried to allocate 512 bytes", "oom_host"),
+    ("error: command '/usr/local/cuda/bin/nvcc' failed with exit code 1", "jit_compile"),
+    ("/root/.cache/flashinfer/x/sampling.cuh(623): error: class has no member", "jit_compile"),
+    ("_pickle.UnpicklingError: invalid load key, '<'.", "model_load"),
+    ("gguf_init_from_file_impl: failed to read tensor data", "model_load"),
+    ("ERROR: failed (exitcode: -9) local_rank: 0 (pid: 31631) of binary: /usr/bin/python3", "killed"),
+    ("time=x level=ERROR msg=\"llama runner process has terminated: signal: aborted (core dumped)\"", "killed"),
+])
+def test_causes_in_other_words(line, cause):
+    assert classify(line + "\n").cause == cause
+
+
+def test_cuda_runtime_advice_is_not_a_build_failure():
+    log = ("RuntimeError: CUDA error: misaligned address\n"
+           "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n")
+    assert classify(log).cause == "illegal_memory_access"
+    assert classify("Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n").cause == "unknown"
+
+
+def test_a_retried_failure_is_not_evidence():
+    log = ("1.06.520.077 E ggml_backend_cuda_buffer_type_alloc_buffer: allocating 51748.72 MiB on device 1: cudaMalloc failed: out of memory\n"
+           "1.06.520.086 E graph_reserve: failed to allocate compute buffers\n"
+           "1.06.520.107 W sched_reserve: compute buffer allocation failed, retrying without pipeline parallelism\n"
+           "1.07.304.130 I srv    load_model: initializing, n_slots = 1\n")
+    assert find_cause(log) is None
+    # the same failure without the retry is the cause
+    assert classify("".join(log.splitlines(True)[:2])).cause == "oom_gpu"
+
+
+def test_ray_speculation_about_causes_is_not_evidence():
+    log = ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR. There are some "
+           "potential root causes. (1) The process is killed by SIGKILL by OOM killer due to high memory usage.\n")
+    assert classify(log, exit_code=1).cause == "unknown"
+
+
+def test_root_cause_beats_later_symptoms():
+    arch_then_engine = (
+        "ERROR 07-28 15:07:22 [core.py:632] RuntimeError: CUDA error: no kernel image is available for execution on the device\n"
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}\n"
+    )
+    d = classify(arch_then_engine, exit_code=1)
+    assert d.cause == "arch_unsupported" and d.line == 1
+    oom_then_nccl_then_kill = (
+        "[rank1]: torch.OutOfMemoryError: HIP out of memory. Tried to allocate 12.95 GiB.\n"
+        "[rank0]: RuntimeError: NCCL error: unhandled system error\n"
+        "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD with errorcode 1\n"
+        "Segmentation fault (core dumped)\n"
+    )
+    d = classify(oom_then_nccl_then_kill, exit_code=-11)
+    assert d.cause == "oom_gpu" and d.line == 1
+    assert d.evidence[0].startswith("L1: [rank1]: torch.OutOfMemoryError")
+    # the symptoms alone still name what they show
+    assert classify("".join(oom_then_nccl_then_kill.splitlines(True)[1:])).cause == "distributed_init"
+    assert classify("Segmentation fault (core dumped)\n").cause == "killed"
+
+
+def test_evidence_is_the_root_line_not_the_last_symptom():
+    log = "\n".join([f"INFO loading shard {i}" for i in range(50)] + [
+        "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla T4 GPU has compute capability 7.5.",
+        *[f"  File \"x{i}.py\", line {i}, in f" for i in range(30)],
+        "RuntimeError: Engine process failed to start. See stack trace for the root cause.",
+    ]) + "\n"
+    d = classify(log, exit_code=1)
+    assert d.cause == "arch_unsupported" and d.line == 51
+    assert any(e.startswith("L51: ValueError: Bfloat16") for e in d.evidence)
+    assert not any("Engine process failed" in e for e in d.evidence)
+
+
+def test_what_the_server_said_is_evidence():
+    d = classify("INFO loading weights\n", timed_out=True, server_said="GET /health -> 503 {\"error\":\"Loading model\"}")
+    assert d.cause == "startup_timeout"
+    assert d.evidence[-1] == 'server said: GET /health -> 503 {"error":"Loading model"}'
+
+
+def test_shape_gate_hides_no_corpus_match(monkeypatch):
+    """The gate words are a pre-filter only: over the whole corpus, shapes find the same lines
+    with the gate as when every line is a candidate."""
+    everything = lambda text, gate: [0] + [i + 1 for i, c in enumerate(text) if c == "\n" and i + 1 < len(text)]
+    paths = [*CASES, *HEALTHY_CASES]
+    gated = [classify(read_case(p)[1]).rule for p in paths]
+    monkeypatch.setattr(matcher, "_candidate_lines", everything)
+    assert [classify(read_case(p)[1]).rule for p in paths] == gated
+
+
+def test_rules_name_unknown_token_classes(tmp_path):
+    for f in matcher.RULES_DIR.glob("*.toml"):
+        (tmp_path / f.name).write_text(f.read_text())
+    (tmp_path / "oom_gpu.toml").write_text((tmp_path / "oom_gpu.toml").read_text() + '\n[[rule]]\nid = "x"\nnear = ["nope"]\n')
+    with pytest.raises(ValueError, match="unknown token classes \\['nope'\\]"):
+        load_rules(tmp_path)
+
+
+def test_cli_triage_json_keeps_its_fields():
+    log = CORPUS / "vllm" / "bf16_only_cc80_t4.log"
+    out = subprocess.run([sys.executable, "-m", "bakeoff.cli", "triage", str(log), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    j = json.loads(out.stdout)
+    assert set(j) == {"cause", "explanation", "hint", "evidence", "confidence"}
+    assert j["cause"] == "arch_unsupported" and any(e.startswith("L3: ValueError: Bfloat16") for e in j["evidence"])

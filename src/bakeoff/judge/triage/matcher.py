@@ -22,6 +22,13 @@ TIERS = {"root": 2, "symptom": 1, "fallback": 0}
 _MAX_HIT_LINES = 10_000  # lines examined per pattern/shape: a pathological log cannot make us slow
 _EVIDENCE_HITS = 3  # matched lines quoted per diagnosis
 _TAIL_CHARS = 256 * 1024  # how far back from the end "last lines" evidence looks
+# A big log is read at its head and its tail only: a startup failure is near the start or at the
+# end, a death at the end, and the middle of a 20 MB log is serving lines. Known phrasings
+# (`patterns`) read the first 2 MiB and the last 4 MiB, shapes the first 1 MiB and the last 2 MiB
+# (all of a smaller log): this keeps a 20 MB log under a second or two.
+_PATTERN_SPAN = (2 << 20, 4 << 20)
+_SHAPE_SPAN = (1 << 20, 2 << 20)
+_SHAPE_MAX_LINES = 20_000  # candidate lines examined by shapes per region
 _LINE_CHARS = 400
 _ERRORISH = re.compile(
     r"^\s*(?:\S+\s+)?[\w.]*(?:Error|Exception|Exit)\b|(?i:\b(?:error|fatal|failed|failure|abort(?:ed)?|"
@@ -130,6 +137,7 @@ class _Causes:
     retry: re.Pattern[str] | None  # a line saying it retries: neither it nor the few lines before are evidence
     retry_within: int
     classes: dict  # token class name -> compiled regex
+    gate: tuple[str, ...]  # lowercase words one of which every line a shape can match contains
 
 
 def _norm_engine(engine: str | None) -> str | None:
@@ -185,6 +193,7 @@ def _load(rules_dir: str) -> _Causes:
         retry=_union(common.get("retry", [])),
         retry_within=int(common.get("retry_within", 3)),
         classes=classes,
+        gate=tuple(w.lower() for w in common.get("shape_gate", [])),
     )
 
 
@@ -342,38 +351,82 @@ def _shape_ok(rule: Rule, classes: dict, line: str, anchor: tuple[int, int], pre
     return True
 
 
+def _regions(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
+    """[start, end) spans of ``text`` to read: all of it, or its head and tail (whole lines)."""
+    head, tail = span
+    if len(text) <= head + tail:
+        return [(0, len(text))]
+    h = text.rfind("\n", 0, head) + 1 or head
+    t = text.find("\n", len(text) - tail) + 1 or len(text) - tail
+    return [(0, h), (t, len(text))]
+
+
+def _candidate_lines(text: str, gate: tuple[str, ...]) -> list[int]:
+    """Start offsets of the lines (in the head and tail of the log) that contain a gate word:
+    the only lines a shape can match. ``str.find`` per word is far faster than any regex here."""
+    regions = _regions(text, _SHAPE_SPAN)
+    starts: set[int] = set()
+    for r0, r1 in regions:
+        low = text[r0:r1].lower()
+        found = 0
+        for word in gate:
+            i = low.find(word)
+            while i >= 0 and found < _SHAPE_MAX_LINES:
+                starts.add(r0 + low.rfind("\n", 0, i) + 1)
+                found += 1
+                nl = low.find("\n", i)
+                if nl < 0:
+                    break
+                i = low.find(word, nl + 1)
+    return sorted(starts)
+
+
 def _scan(text: str, causes: _Causes, rules: list[Rule]) -> dict[Rule, list[int]]:
     """Map each rule to the start offsets of the first few lines it matches, in log order."""
     hits: dict[Rule, list[int]] = {}
     lines = _Lines(text)
     filt = _Filter(causes, lines)
-    for rule in rules:
-        got: set[int] = set()
-        if rule.near:  # a shape: search its anchor class, then check the line around each anchor
-            searches = [(causes.classes[rule.near[0]], "")]
-        else:
-            searches = list(zip(rule.regexes, rule.prefixes))
-        for rx, prefix in searches:
-            if prefix and prefix not in text:
+    shapes = [r for r in rules if r.near]
+    if shapes:
+        for start in _candidate_lines(text, causes.gate):
+            _, end = lines.bounds(start)
+            line = text[start:end]
+            if _FRAME.search(line):
                 continue
-            pos, examined, found = 0, 0, 0
+            prev = None
+            for rule in shapes:
+                got = hits.setdefault(rule, [])
+                if len(got) >= _EVIDENCE_HITS:
+                    continue
+                for m in causes.classes[rule.near[0]].finditer(line):
+                    if prev is None:
+                        before = lines.before(start, 1)
+                        prev = before[0][1] if before else ""
+                    if _shape_ok(rule, causes.classes, line, (m.start(), m.end()), prev):
+                        if not filt.excluded(rule, start, line):
+                            got.append(start)
+                        break
+        hits = {r: ss for r, ss in hits.items() if ss}
+    regions = [(r0, r1, text[r0:r1] if (r0, r1) != (0, len(text)) else text)
+               for r0, r1 in _regions(text, _PATTERN_SPAN)]
+    for rule in rules:
+        if rule.near:
+            continue
+        got: set[int] = set()
+        for (rx, prefix), (r0, r1, part) in ((p, r) for p in zip(rule.regexes, rule.prefixes) for r in regions):
+            if prefix and prefix not in part:
+                continue
+            pos, examined, found = r0, 0, 0
             while found < _EVIDENCE_HITS and examined < _MAX_HIT_LINES:
-                m = rx.search(text, pos)
+                m = rx.search(text, pos, r1)
                 if not m:
                     break
                 examined += 1
                 start, end = lines.bounds(m.start())
-                line = text[start:end]
-                if start in got or filt.excluded(rule, start, line) or (rule.near and _FRAME.search(line)):
-                    pos = end + 1
-                    continue
-                if rule.near:
-                    prev = lines.before(start, 1)
-                    anchor = (m.start() - start, m.end() - start)
-                    if not _shape_ok(rule, causes.classes, line, anchor, prev[0][1] if prev else ""):
-                        pos = max(m.end(), m.start() + 1)  # a later anchor on this line may fit
-                        continue
                 pos = end + 1
+                line = text[start:end]
+                if start in got or filt.excluded(rule, start, line):
+                    continue
                 if rule.not_regex is not None and rule.not_regex.search(line):
                     continue
                 if rule.before_regex is not None and not any(
