@@ -7,6 +7,7 @@ another cause. The held-out measurement of the rules is in tests/data/logs/HOLDO
 """
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -433,3 +434,103 @@ def test_cli_triage_json_keeps_its_fields():
     j = json.loads(out.stdout)
     assert set(j) == {"cause", "explanation", "hint", "evidence", "confidence"}
     assert j["cause"] == "arch_unsupported" and any(e.startswith("L3: ValueError: Bfloat16") for e in j["evidence"])
+
+
+# ---------------------------------------------------------------- the real engine (llama-server + SmolLM2)
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _spec(real_llamacpp, model: str, **server) -> dict:
+    return {
+        "name": "triage", "engine": "llamacpp", "engine_options": {"binary": real_llamacpp.binary},
+        "model": {"path": model, "name": "smollm2"},
+        "server": {"args": ["--ctx-size", "512", "--threads", "1", "--no-webui"], "startup_timeout_s": 120,
+                   "hang_timeout_s": 90, "request_timeout_s": 120, **server},
+        "probes": {"set": "quick", "max_tokens": 8, "concurrency": 0},
+        "plan": {"strategy": "baseline"},
+    }
+
+
+def _one_trial(tmp_path: Path, data: dict):
+    from bakeoff import spec as specmod
+    from bakeoff.pipeline import run_sweep
+    from bakeoff.store import Store
+
+    run_sweep(specmod.parse(data), tmp_path / "run")
+    with Store(tmp_path / "run") as store:
+        (rec,) = store.trials()
+    return rec
+
+
+def test_real_engine_truncated_model_is_model_load(real_llamacpp, tmp_path):
+    """An interrupted download: the first 40 % of the real GGUF. llama-server exits; the trial is
+    crashed with cause model_load and the line that proves it."""
+    data = Path(real_llamacpp.model).read_bytes()
+    cut = tmp_path / "SmolLM2-truncated.gguf"
+    cut.write_bytes(data[: len(data) * 4 // 10])
+    rec = _one_trial(tmp_path, _spec(real_llamacpp, str(cut)))
+    assert (rec.verdict, rec.cause) == ("crashed", "model_load"), (rec.detail, rec.evidence)
+    assert any("not within the file bounds" in e for e in rec.evidence), rec.evidence
+    # a file cut inside its header fails another way, with the same cause
+    cut.write_bytes(data[:2000])
+    log = subprocess.run([real_llamacpp.binary, "-m", str(cut), "--port", str(_free_port())],
+                         capture_output=True, text=True, timeout=120)
+    assert log.returncode != 0
+    assert classify(log.stdout + log.stderr, exit_code=log.returncode, engine="llamacpp").cause == "model_load"
+
+
+def test_real_engine_loading_forever_quotes_what_the_server_said(real_llamacpp, tmp_path):
+    """The model 'file' is a FIFO nobody writes: the real llama-server listens and answers
+    /health with 503 "Loading model" until the startup timeout. The trial's evidence quotes that
+    answer (run/trial.py: ReadyOutcome.server_said, recorded by wait_ready)."""
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    rec = _one_trial(tmp_path, _spec(real_llamacpp, str(fifo), startup_timeout_s=8))
+    assert (rec.verdict, rec.cause) == ("crashed", "startup_timeout"), (rec.detail, rec.evidence)
+    said = [e for e in rec.evidence if e.startswith("server said: ")]
+    assert said and "GET /health -> 503" in said[0] and "Loading model" in said[0], rec.evidence
+
+
+@pytest.mark.parametrize("args", [
+    ["--flash-attn", "on"],
+    ["--flash-attn", "off"],
+    ["--flash-attn", "on", "--cache-type-k", "q8_0", "--cache-type-v", "q8_0"],
+    ["--threads", "2", "--batch-size", "64", "--ubatch-size", "32"],
+    ["--ctx-size", "2048", "--parallel", "2"],
+], ids=lambda a: " ".join(a))
+def test_real_engine_healthy_startup_logs_name_no_cause(real_llamacpp, tmp_path, args):
+    """Healthy changes on the real engine (flash attention, KV cache q8_0, threads, batch sizes,
+    context) start and serve; their whole startup log names no failure cause."""
+    import httpx
+
+    port = _free_port()
+    log_path = tmp_path / "server.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([real_llamacpp.binary, "-m", real_llamacpp.model, "--host", "127.0.0.1",
+                                 "--port", str(port), "--ctx-size", "512", "--threads", "1", *args],
+                                stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, log_path.read_text()[-2000:]
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        else:
+            pytest.fail("llama-server not ready in 120 s")
+        r = httpx.post(f"http://127.0.0.1:{port}/completion", json={"prompt": "2 + 2 =", "n_predict": 4}, timeout=60)
+        assert r.status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    text = log_path.read_text()
+    assert "load_model" in text or "model loaded" in text  # a real startup log, not an empty file
+    assert find_cause(text, engine="llamacpp") is None, classify(text).evidence
