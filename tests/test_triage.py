@@ -482,6 +482,12 @@ def test_real_engine_truncated_model_is_model_load(real_llamacpp, tmp_path):
                          capture_output=True, text=True, timeout=120)
     assert log.returncode != 0
     assert classify(log.stdout + log.stderr, exit_code=log.returncode, engine="llamacpp").cause == "model_load"
+    # and so does a file that is no GGUF at all (random bytes): "invalid magic characters"
+    cut.write_bytes(bytes(range(256)) * 256)
+    log = subprocess.run([real_llamacpp.binary, "-m", str(cut), "--port", str(_free_port())],
+                         capture_output=True, text=True, timeout=120)
+    d = classify(log.stdout + log.stderr, exit_code=log.returncode, engine="llamacpp")
+    assert d.cause == "model_load" and "invalid magic" in d.evidence[0], d.evidence  # the root line first
 
 
 def test_real_engine_loading_forever_quotes_what_the_server_said(real_llamacpp, tmp_path):
@@ -534,3 +540,22 @@ def test_real_engine_healthy_startup_logs_name_no_cause(real_llamacpp, tmp_path,
     text = log_path.read_text()
     assert "load_model" in text or "model loaded" in text  # a real startup log, not an empty file
     assert find_cause(text, engine="llamacpp") is None, classify(text).evidence
+
+
+@pytest.mark.parametrize("line", [
+    "ValueError: this config requires 2 GPUs but only 1 RTX 4090 was found",  # a GPU model is not a refusal of it
+    "[2026-01-01 00:00:00] Received request id=137 from 127.0.0.1",  # a number is not an exit status
+    "flash-attention package not found, consider installing for better performance: No module named 'flash_attn'.",
+    "Memory-efficient attention, SwiGLU, sparse and more won't be available.",
+])
+def test_lines_that_only_look_like_causes(line):
+    assert find_cause(line + "\n") is None
+
+
+@pytest.mark.parametrize("line,cause", [
+    ("ValueError: FP8 is not supported on Tesla V100", "arch_unsupported"),
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/m/model-00002-of-00004.safetensors'", "model_load"),
+    ("scalellm exited with code 137", "killed"),
+])
+def test_more_causes_in_other_words(line, cause):
+    assert classify(line + "\n").cause == cause
