@@ -22,7 +22,7 @@ from bakeoff.run.engines.base import Engine, LaunchContext
 from bakeoff.errors import InfraError
 from bakeoff.run.hosts.base import Handle, Host
 from bakeoff.plan import Planned, axis_env_and_args, model_of
-from bakeoff.redact import redact_env, remember
+from bakeoff.redact import redact_env, redact_text, remember
 from bakeoff.spec import Spec
 from bakeoff.store import Store, TrialRecord
 from bakeoff.judge.triage import Diagnosis, classify
@@ -49,6 +49,7 @@ class ReadyOutcome:
     timed_out: bool = False
     hung: bool = False
     last_line: str = ""
+    server_said: str = ""  # the last non-200 health answer (status and body), e.g. "GET /health -> 503 Loading model"
 
 
 def build_launch(spec: Spec, engine: Engine, planned: Planned, port: int, model_path: str) -> Launch:
@@ -105,6 +106,7 @@ class TrialRunner:
         phases: dict[str, float] = {}
         seen_lines = 0
         last_line = ""
+        said = ""
         base = f"http://{self._client_host()}:{port}"
         with httpx.Client(timeout=2.0) as client:
             while True:
@@ -125,15 +127,17 @@ class TrialRunner:
                         self.progress("starting", last_line)
                 code = self.host.exit_code(handle)
                 if code is not None:
-                    return ReadyOutcome(False, phases, exit_code=code, last_line=last_line)
-                if self._healthy(client, base):
+                    return ReadyOutcome(False, phases, exit_code=code, last_line=last_line, server_said=said)
+                healthy, answer = self._healthy(client, base)
+                said = answer or said
+                if healthy:
                     phases.setdefault("ready", round(time.monotonic() - t0, 3))
                     phases["ready"] = round(time.monotonic() - t0, 3)
                     return ReadyOutcome(True, phases, last_line=last_line)
                 if now - t0 > srv.startup_timeout_s:
-                    return ReadyOutcome(False, phases, timed_out=True, last_line=last_line)
+                    return ReadyOutcome(False, phases, timed_out=True, last_line=last_line, server_said=said)
                 if now - last_change > srv.hang_timeout_s:
-                    return ReadyOutcome(False, phases, hung=True, last_line=last_line)
+                    return ReadyOutcome(False, phases, hung=True, last_line=last_line, server_said=said)
                 time.sleep(0.25)
 
     def probe(self, base_url: str, baseline: dict | None) -> tuple[probes.ProbeOutcome, dict]:
@@ -254,7 +258,7 @@ class TrialRunner:
     def _failed_start(self, rec: TrialRecord, handle: Handle, ready: ReadyOutcome) -> TrialRecord:
         log = self.host.read_log(handle)
         diag = classify(log, exit_code=ready.exit_code, engine=self.engine.kind,
-                        timed_out=ready.timed_out, hung=ready.hung)
+                        timed_out=ready.timed_out, hung=ready.hung, server_said=ready.server_said or None)
         how = (f"exited with code {ready.exit_code} before ready" if ready.exit_code is not None
                else "no new log line for %ss while not ready" % self.spec.server.hang_timeout_s if ready.hung
                else "not ready after %ss" % self.spec.server.startup_timeout_s)
@@ -295,14 +299,18 @@ class TrialRunner:
             text = again
         return text
 
-    def _healthy(self, client: httpx.Client, base: str) -> bool:
+    def _healthy(self, client: httpx.Client, base: str) -> tuple[bool, str]:
+        """(every health path answers 200, what a path that did not said: "GET /health -> 503
+        <body>", "" while nothing answers at all)."""
         for path in self.engine.health_paths:
             try:
-                if client.get(base + path).status_code != 200:
-                    return False
+                r = client.get(base + path)
             except httpx.HTTPError:
-                return False
-        return True
+                return False, ""
+            if r.status_code != 200:
+                body = " ".join(r.text.split())[:200]
+                return False, redact_text(f"GET {path} -> {r.status_code} {body}".rstrip())
+        return True, ""
 
     def _client_host(self) -> str:
         h = self.spec.server.host

@@ -1,33 +1,50 @@
 """Failure triage: map an engine's launch log (+ exit status) to a stable cause id.
 
-Rules are data: one TOML file per cause under ``rules/`` (``rules/_common.toml`` holds shared
-warning/benign line filters). A rule lists regexes over single log lines plus optional
-``not_patterns``, ``exit_codes``/``signals``, ``engines``, ``before``/``within`` (an earlier line must
-also match) and the cause's ``explanation``, ``hint``, ``hard``, ``priority`` and ``confidence``.
+Rules are data: one TOML file per cause under ``rules/``; ``rules/_common.toml`` holds the shared
+line filters and the token classes. A rule is either
+
+- ``patterns``: regexes over single lines (a known phrasing), with optional ``not_patterns``,
+  ``exit_codes``/``signals``, ``engines`` and ``before``/``within`` (an earlier line must match too); or
+- a shape, ``near = ["class", ...]``: every token class occurs on one line within ``window``
+  characters of the first (e.g. an architecture token near a refusal word, an allocation failure
+  near a device-memory word, a build tool near a failure word, a load failure near a model-file
+  word, a signal near a death word), ``unless`` a veto class occurs, and with ``context`` (e.g.
+  ``error_mark``) on the line or the one before.
+
+Each cause has a ``tier``, an ``explanation``, a ``hint``, ``hard``, ``priority`` and ``confidence``.
 
 API::
 
-    classify(log_text, *, exit_code=None, signal=None, engine=None, timed_out=False, hung=False) -> Diagnosis
-    find_cause(...same arguments...) -> Diagnosis | None   # None: nothing fatal found
+    classify(log_text, *, exit_code=None, signal=None, engine=None, timed_out=False, hung=False,
+             server_said=None) -> Diagnosis
+    find_cause(...same arguments but server_said...) -> Diagnosis | None   # None: nothing fatal found
     is_failure_evidence(log_text, *, engine=None) -> bool
     load_rules() -> list[Rule];  explain(cause) -> (explanation, hint)
 
 Decision order:
 
-1. Every line matching some rule is a hit (WARNING lines and ``benign`` lines never are). The
-   cause whose best rule has the highest ``priority`` wins; ties go to the earliest line, so the
-   first fatal error beats later cascades (cascade-prone causes such as distributed_init and killed
-   have low priority). A rule may also match on the exit status (``exit_code`` < 0 or ``signal``
-   means killed by that signal; 137 = SIGKILL in a container).
+1. A line is evidence only if it matches a rule and is not a warning/info line, not ``benign``
+   (e.g. Ray's list of "potential root causes"), not a line saying the engine coped (falling back,
+   forcing off, skipping, ignoring) and not followed within a few lines by a retry. The winning
+   cause is the one whose first evidence line ranks highest by (tier, earliest line, priority):
+   the first root cause (arch_unsupported, oom_gpu, oom_host, import_error, bad_args, jit_compile,
+   model_load, illegal_memory_access, port_in_use) beats symptoms (distributed_init, killed), which
+   beat fallbacks (a generic "could not create the context"). A rule may also match on the exit
+   status (``exit_code`` < 0 or ``signal``: killed by that signal; 137/139/134 in a container).
 2. With no match: ``hung`` -> "hang", ``timed_out`` -> "startup_timeout" (evidence: last lines).
    When either flag is set, the caller's own kill does not count (``killed`` is ignored), but a
    fatal error in the log still wins over the flag.
-3. Otherwise "unknown" with the last traceback / error-looking lines as evidence. A clean log
-   (no failure status, nothing error-like) gives "unknown" with confidence 0.05 and the
-   explanation "No fatal error found in the log."; use ``find_cause``/``is_failure_evidence``
-   (which return None/False there) to tell "clean" from "failed for an unknown reason".
+3. Otherwise "unknown" with the last traceback / error-looking lines as evidence (``unknown`` beats
+   a guess). A clean log (no failure status, nothing error-like) gives "unknown" with confidence
+   0.05 and the explanation "No fatal error found in the log."; use ``find_cause``/
+   ``is_failure_evidence`` (which return None/False there) to tell "clean" from "failed for an
+   unknown reason".
 
-Evidence lines are "L<n>: <text>" with 1-based line numbers, one context line around each match.
+Evidence lines are "L<n>: <text>": the root line (the first evidence line of the winning cause)
+with one line of context around it and each later proof; ``server_said`` (what the server itself
+answered while never ready, e.g. a 503 "Loading model" from /health) is appended as
+"server said: ...". A log over 6 MiB is read at its head and tail only (see ``matcher``).
+The rules' measured generalization on held-out real logs is in tests/data/logs/HOLDOUT.md.
 """
 
 from bakeoff.judge.triage.matcher import (

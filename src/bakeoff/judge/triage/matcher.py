@@ -12,16 +12,30 @@ from pathlib import Path
 RULES_DIR = Path(__file__).with_name("rules")
 CAUSES = (
     "arch_unsupported", "oom_gpu", "oom_host", "import_error", "bad_args", "illegal_memory_access",
-    "distributed_init", "jit_compile", "port_in_use", "killed", "startup_timeout", "hang", "unknown",
+    "distributed_init", "jit_compile", "model_load", "port_in_use", "killed", "startup_timeout", "hang",
+    "unknown",
 )
-_MAX_HIT_LINES = 10_000  # matching lines examined per pattern: a pathological log cannot make us slow
+# A cause's tier says how it ranks in a cascade: a root cause (the first one in the log wins) beats
+# a symptom (a NCCL abort, a process killed after the real error), which beats a fallback (a
+# generic "could not create the context" that only names a cause when nothing else does).
+TIERS = {"root": 2, "symptom": 1, "fallback": 0}
+_MAX_HIT_LINES = 10_000  # lines examined per pattern/shape: a pathological log cannot make us slow
 _EVIDENCE_HITS = 3  # matched lines quoted per diagnosis
 _TAIL_CHARS = 256 * 1024  # how far back from the end "last lines" evidence looks
+# A big log is read at its head and its tail only: a startup failure is near the start or at the
+# end, a death at the end, and the middle of a 20 MB log is serving lines. Known phrasings
+# (`patterns`) read the first 2 MiB and the last 4 MiB, shapes the first 1 MiB and the last 2 MiB
+# (all of a smaller log): this keeps a 20 MB log under a second or two.
+_PATTERN_SPAN = (2 << 20, 4 << 20)
+_SHAPE_SPAN = (1 << 20, 2 << 20)
+_SHAPE_MAX_LINES = 20_000  # candidate lines examined by shapes per region
 _LINE_CHARS = 400
 _ERRORISH = re.compile(
     r"^\s*(?:\S+\s+)?[\w.]*(?:Error|Exception|Exit)\b|(?i:\b(?:error|fatal|failed|failure|abort(?:ed)?|"
     r"segmentation fault|core dumped|panic)\b)"
 )
+# a Python traceback frame ('File "x.py", line 3, in f'): paths name kernels and archs, never a cause
+_FRAME = re.compile(r'File "[^"]*", line \d+')
 
 
 def _literal_prefix(pattern: str) -> str:
@@ -41,8 +55,19 @@ def _literal_prefix(pattern: str) -> str:
     return text if len(text) >= 4 else ""
 
 
+def _union(patterns: list[str] | tuple[str, ...]) -> re.Pattern[str] | None:
+    return re.compile("|".join(f"(?:{p})" for p in patterns), re.M) if patterns else None
+
+
 @dataclass(frozen=True)
 class Rule:
+    """One way to recognise a cause: ``patterns`` (regexes over single lines) or a shape.
+
+    A shape rule (``near`` set) matches a line on which every named token class occurs, each
+    within ``window`` characters of the first one (the anchor: name the rarest class first), no
+    ``unless`` class occurs, and (with ``context``) that class occurs on the line or the one before.
+    """
+
     cause: str
     id: str
     patterns: tuple[str, ...]
@@ -51,6 +76,7 @@ class Rule:
     hard: bool
     priority: int
     confidence: float
+    tier: str = "root"
     engines: tuple[str, ...] = ("*",)
     not_patterns: tuple[str, ...] = ()
     exit_codes: tuple[int, ...] = ()
@@ -59,6 +85,10 @@ class Rule:
     within: int = 6
     match_warnings: bool = False
     ignore_when_timed_out: bool = False
+    near: tuple[str, ...] = ()
+    window: int = 80
+    unless: tuple[str, ...] = ()
+    context: str | None = None
 
     @functools.cached_property
     def regexes(self) -> tuple[re.Pattern[str], ...]:
@@ -72,7 +102,7 @@ class Rule:
 
     @functools.cached_property
     def not_regex(self) -> re.Pattern[str] | None:
-        return re.compile("|".join(f"(?:{p})" for p in self.not_patterns)) if self.not_patterns else None
+        return _union(self.not_patterns)
 
     @functools.cached_property
     def before_regex(self) -> re.Pattern[str] | None:
@@ -103,6 +133,11 @@ class _Causes:
     info: dict  # cause -> (explanation, hint, hard, confidence)
     warning: re.Pattern[str]
     benign: re.Pattern[str] | None
+    recovered: re.Pattern[str] | None  # a line saying the engine coped: not evidence
+    retry: re.Pattern[str] | None  # a line saying it retries: neither it nor the few lines before are evidence
+    retry_within: int
+    classes: dict  # token class name -> compiled regex
+    gate: tuple[str, ...]  # lowercase words one of which every line a shape can match contains
 
 
 def _norm_engine(engine: str | None) -> str | None:
@@ -120,6 +155,7 @@ def _norm_engine(engine: str | None) -> str | None:
 def _load(rules_dir: str) -> _Causes:
     d = Path(rules_dir)
     common = tomllib.loads((d / "_common.toml").read_text()) if (d / "_common.toml").exists() else {}
+    classes = {name: _union(pats) for name, pats in common.get("classes", {}).items()}
     rules: list[Rule] = []
     info: dict = {}
     for path in sorted(d.glob("*.toml")):
@@ -129,26 +165,35 @@ def _load(rules_dir: str) -> _Causes:
         cause = data["cause"]
         if cause not in CAUSES:
             raise ValueError(f"{path.name}: unknown cause {cause!r}")
-        base = {k: data[k] for k in ("explanation", "hint", "hard", "priority", "confidence") if k in data}
+        base = {k: data[k] for k in ("explanation", "hint", "hard", "priority", "confidence", "tier") if k in data}
         info[cause] = (data["explanation"], data["hint"], bool(data.get("hard", False)), float(data.get("confidence", 0.5)))
         for i, raw in enumerate(data.get("rule", [])):
             spec = {**base, "ignore_when_timed_out": data.get("ignore_when_timed_out", False), **raw}
-            for key in ("patterns", "not_patterns", "exit_codes", "signals"):
+            for key in ("patterns", "not_patterns", "exit_codes", "signals", "near", "unless"):
                 spec[key] = tuple(spec.get(key, ()))
             spec["engines"] = tuple(_norm_engine(e) if e != "*" else "*" for e in spec.get("engines", ["*"]))
             spec.setdefault("id", str(i))
             rule = Rule(cause=cause, **spec)
+            if rule.tier not in TIERS:
+                raise ValueError(f"{path.name}: rule {rule.id}: tier {rule.tier!r} is not one of {sorted(TIERS)}")
+            unknown = [c for c in (*rule.near, *rule.unless, *([rule.context] if rule.context else [])) if c not in classes]
+            if unknown:
+                raise ValueError(f"{path.name}: rule {rule.id}: unknown token classes {unknown}; known: {sorted(classes)}")
             _ = rule.regexes, rule.prefixes, rule.not_regex, rule.before_regex  # bad regexes fail at load
             rules.append(rule)
     missing = set(CAUSES) - set(info)
     if missing:
         raise ValueError(f"rules in {d} lack causes: {sorted(missing)}")
-    benign = common.get("benign", [])
     return _Causes(
         rules=tuple(rules),
         info=info,
         warning=re.compile(common.get("warning_line", r"(?!x)x")),
-        benign=re.compile("|".join(f"(?:{p})" for p in benign)) if benign else None,
+        benign=_union(common.get("benign", [])),
+        recovered=_union(common.get("recovered", [])),
+        retry=_union(common.get("retry", [])),
+        retry_within=int(common.get("retry_within", 3)),
+        classes=classes,
+        gate=tuple(w.lower() for w in common.get("shape_gate", [])),
     )
 
 
@@ -223,7 +268,10 @@ class _Lines:
 
 
 def _context(lines: _Lines, starts: list[int]) -> list[str]:
-    """'L<n>: text' for each matched line with one line before and one after, de-duplicated."""
+    """'L<n>: text' for each matched line with one line before and one after, de-duplicated.
+
+    The first start is the root line (the first real error); the others are later lines that
+    prove the same cause."""
     seen: dict[int, str] = {}
     for start in starts:
         _, end = lines.bounds(start)
@@ -258,26 +306,126 @@ def _tail_evidence(text: str, n: int = 5, errors_first: bool = True) -> list[str
     return [f"L{k}: {_clip(t)}" for k, t in numbered[-n:]]
 
 
+class _Filter:
+    """Is a line evidence at all? Warnings, benign lines, lines saying the engine coped, and the
+    lines just before a retry are not."""
+
+    def __init__(self, causes: _Causes, lines: _Lines):
+        self.c, self.lines = causes, lines
+        self._retry_cache: dict[int, bool] = {}
+
+    def excluded(self, rule: Rule, start: int, line: str) -> bool:
+        c = self.c
+        if not rule.match_warnings and c.warning.search(line):
+            return True
+        if c.benign is not None and c.benign.search(line):
+            return True
+        if c.recovered is not None and c.recovered.search(line):
+            return True
+        return self._retried(start, line)
+
+    def _retried(self, start: int, line: str) -> bool:
+        if self.c.retry is None:
+            return False
+        hit = self._retry_cache.get(start)
+        if hit is None:
+            _, end = self.lines.bounds(start)
+            around = [line, *self.lines.after(end, self.c.retry_within)]
+            hit = any(self.c.retry.search(t) for t in around)
+            self._retry_cache[start] = hit
+        return hit
+
+
+def _shape_ok(rule: Rule, classes: dict, line: str, anchor: tuple[int, int], prev: str) -> bool:
+    """The other classes of ``rule.near`` occur within ``rule.window`` of the anchor match."""
+    a0, a1 = anchor
+    span = line[max(0, a0 - rule.window):a1 + rule.window]
+    if any(classes[name].search(span) is None for name in rule.near[1:]):
+        return False
+    if any(classes[name].search(line) for name in rule.unless):
+        return False
+    if rule.context is not None:
+        ctx = classes[rule.context]
+        if ctx.search(line) is None and ctx.search(prev) is None:
+            return False
+    return True
+
+
+def _regions(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
+    """[start, end) spans of ``text`` to read: all of it, or its head and tail (whole lines)."""
+    head, tail = span
+    if len(text) <= head + tail:
+        return [(0, len(text))]
+    h = text.rfind("\n", 0, head) + 1 or head
+    t = text.find("\n", len(text) - tail) + 1 or len(text) - tail
+    return [(0, h), (t, len(text))]
+
+
+def _candidate_lines(text: str, gate: tuple[str, ...]) -> list[int]:
+    """Start offsets of the lines (in the head and tail of the log) that contain a gate word:
+    the only lines a shape can match. ``str.find`` per word is far faster than any regex here."""
+    regions = _regions(text, _SHAPE_SPAN)
+    starts: set[int] = set()
+    for r0, r1 in regions:
+        low = text[r0:r1].lower()
+        found = 0
+        for word in gate:
+            i = low.find(word)
+            while i >= 0 and found < _SHAPE_MAX_LINES:
+                starts.add(r0 + low.rfind("\n", 0, i) + 1)
+                found += 1
+                nl = low.find("\n", i)
+                if nl < 0:
+                    break
+                i = low.find(word, nl + 1)
+    return sorted(starts)
+
+
 def _scan(text: str, causes: _Causes, rules: list[Rule]) -> dict[Rule, list[int]]:
     """Map each rule to the start offsets of the first few lines it matches, in log order."""
     hits: dict[Rule, list[int]] = {}
     lines = _Lines(text)
-    for rule in rules:
-        got: set[int] = set()
-        for rx, prefix in zip(rule.regexes, rule.prefixes):
-            if prefix and prefix not in text:
+    filt = _Filter(causes, lines)
+    shapes = [r for r in rules if r.near]
+    if shapes:
+        for start in _candidate_lines(text, causes.gate):
+            _, end = lines.bounds(start)
+            line = text[start:end]
+            if _FRAME.search(line):
                 continue
-            pos, examined, found = 0, 0, 0
+            prev = None
+            for rule in shapes:
+                got = hits.setdefault(rule, [])
+                if len(got) >= _EVIDENCE_HITS:
+                    continue
+                for m in causes.classes[rule.near[0]].finditer(line):
+                    if prev is None:
+                        before = lines.before(start, 1)
+                        prev = before[0][1] if before else ""
+                    if _shape_ok(rule, causes.classes, line, (m.start(), m.end()), prev):
+                        if not filt.excluded(rule, start, line):
+                            got.append(start)
+                        break
+        hits = {r: ss for r, ss in hits.items() if ss}
+    regions = [(r0, r1, text[r0:r1] if (r0, r1) != (0, len(text)) else text)
+               for r0, r1 in _regions(text, _PATTERN_SPAN)]
+    for rule in rules:
+        if rule.near:
+            continue
+        got: set[int] = set()
+        for (rx, prefix), (r0, r1, part) in ((p, r) for p in zip(rule.regexes, rule.prefixes) for r in regions):
+            if prefix and prefix not in part:
+                continue
+            pos, examined, found = r0, 0, 0
             while found < _EVIDENCE_HITS and examined < _MAX_HIT_LINES:
-                m = rx.search(text, pos)
+                m = rx.search(text, pos, r1)
                 if not m:
                     break
+                examined += 1
                 start, end = lines.bounds(m.start())
-                pos, examined = end + 1, examined + 1
+                pos = end + 1
                 line = text[start:end]
-                if not rule.match_warnings and causes.warning.search(line):
-                    continue
-                if causes.benign is not None and causes.benign.search(line):
+                if start in got or filt.excluded(rule, start, line):
                     continue
                 if rule.not_regex is not None and rule.not_regex.search(line):
                     continue
@@ -318,21 +466,23 @@ def find_cause(
     if not hits and not by_status:
         return None
     lines = _Lines(text)
-    first: dict[str, tuple[int, int, Rule]] = {}  # cause -> (priority, first offset, rule)
+    # per cause, its best (first) hit: tier first, then the earliest line, then the priority
+    best: dict[str, tuple[tuple[int, int, int], Rule]] = {}
     for rule, starts in hits.items():
-        cur = first.get(rule.cause)
-        if cur is None or (rule.priority, -starts[0]) > (cur[0], -cur[1]):
-            first[rule.cause] = (rule.priority, starts[0], rule)
+        key = (TIERS[rule.tier], -starts[0], rule.priority)
+        if rule.cause not in best or key > best[rule.cause][0]:
+            best[rule.cause] = (key, rule)
     for rule in by_status:
-        if rule.cause not in first:
-            first[rule.cause] = (rule.priority, len(text) + 1, rule)
-    cause, (prio, off, rule) = max(first.items(), key=lambda kv: (kv[1][0], -kv[1][1]))
+        key = (TIERS[rule.tier], -(len(text) + 1), rule.priority)
+        if rule.cause not in best:
+            best[rule.cause] = (key, rule)
+    cause, (_, rule) = max(best.items(), key=lambda kv: kv[1][0])
     starts = sorted(s for r, ss in hits.items() if r.cause == cause for s in ss)[:_EVIDENCE_HITS]
     explanation = rule.explanation
-    if sig is not None and rule in by_status:
+    if sig is not None and any(r.cause == cause for r in by_status):
         explanation = f"{explanation} (exit status: {_signal_name(sig)})"
     confidence = rule.confidence
-    if starts and rule in by_status:
+    if starts and any(r.cause == cause for r in by_status):
         confidence = min(0.99, confidence + 0.1)
     if len(starts) > 1:
         confidence = min(0.99, confidence + 0.03)
@@ -362,8 +512,22 @@ def classify(
     engine: str | None = None,
     timed_out: bool = False,
     hung: bool = False,
+    server_said: str | None = None,
 ) -> Diagnosis:
-    """Always a Diagnosis: a rule match, else hang/startup_timeout from the flags, else unknown."""
+    """Always a Diagnosis: a rule match, else hang/startup_timeout from the flags, else unknown.
+
+    ``server_said`` is what the server itself answered while it never became ready (e.g. the last
+    non-200 health answer, ``"GET /health -> 503 Loading model"``); it is appended to the evidence
+    as ``"server said: ..."``."""
+    d = _classify(log_text, exit_code=exit_code, signal=signal, engine=engine, timed_out=timed_out, hung=hung)
+    if server_said:
+        d = Diagnosis(d.cause, d.explanation, d.hint, [*d.evidence, f"server said: {_clip(server_said)}"],
+                      d.confidence, d.hard, d.rule, d.line)
+    return d
+
+
+def _classify(log_text: str, *, exit_code: int | None, signal: int | None, engine: str | None,
+              timed_out: bool, hung: bool) -> Diagnosis:
     found = find_cause(
         log_text, exit_code=exit_code, signal=signal, engine=engine, timed_out=timed_out, hung=hung
     )
