@@ -546,6 +546,7 @@ def test_real_engine_healthy_startup_logs_name_no_cause(real_llamacpp, tmp_path,
     "ValueError: this config requires 2 GPUs but only 1 RTX 4090 was found",  # a GPU model is not a refusal of it
     "[2026-01-01 00:00:00] Received request id=137 from 127.0.0.1",  # a number is not an exit status
     "flash-attention package not found, consider installing for better performance: No module named 'flash_attn'.",
+    "node1:123:456 [0] NCCL WARN Failed to open libibverbs.so[.1]",  # NCCL probing for InfiniBand
     "Memory-efficient attention, SwiGLU, sparse and more won't be available.",
 ])
 def test_lines_that_only_look_like_causes(line):
