@@ -546,6 +546,7 @@ def test_real_engine_healthy_startup_logs_name_no_cause(real_llamacpp, tmp_path,
     "ValueError: this config requires 2 GPUs but only 1 RTX 4090 was found",  # a GPU model is not a refusal of it
     "[2026-01-01 00:00:00] Received request id=137 from 127.0.0.1",  # a number is not an exit status
     "flash-attention package not found, consider installing for better performance: No module named 'flash_attn'.",
+    "node1:123:456 [0] NCCL WARN Failed to open libibverbs.so[.1]",  # NCCL probing for InfiniBand
     "Memory-efficient attention, SwiGLU, sparse and more won't be available.",
 ])
 def test_lines_that_only_look_like_causes(line):
@@ -559,3 +560,24 @@ def test_lines_that_only_look_like_causes(line):
 ])
 def test_more_causes_in_other_words(line, cause):
     assert classify(line + "\n").cause == cause
+
+
+@pytest.mark.parametrize("line,cause", [
+    ("RuntimeError: [TensorRT-LLM][ERROR] Assertion failed: FP8 GEMM is not supported on SM < 89", "arch_unsupported"),
+    ("NotImplementedError: block-scaled FP8 matmul is not implemented for sm_86", "arch_unsupported"),
+    ("ValueError: sm_120 is not a supported architecture for this wheel", "arch_unsupported"),
+    ("HSA_STATUS_ERROR_INVALID_ISA: The instruction set architecture is invalid.", "arch_unsupported"),
+    ("ggml_vulkan: Device memory allocation of size 4294967296 failed.", "oom_gpu"),
+    ("RuntimeError: CUDA driver error: CUDA_ERROR_OUT_OF_MEMORY", "oom_gpu"),
+    ("*** Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)", "killed"),
+    ("LLVM ERROR: Cannot select: intrinsic %llvm.nvvm.shfl.sync.bfly.i32", "jit_compile"),
+    ("RuntimeError: unexpected EOF, expected 2170 more bytes. The file might be corrupted.", "model_load"),
+    ("llama_model_load: error loading model: unexpectedly reached end of file", "model_load"),
+    ("OSError: Consistency check failed: file should be of size 4976698672 but has size 1048576 (model-00001-of-00002.safetensors).", "model_load"),
+])
+def test_still_more_causes_in_other_words(line, cause):
+    assert classify(line + "\n").cause == cause
+
+
+def test_rocblas_without_devices_is_not_an_architecture_refusal():
+    assert classify("rocBLAS error: Could not initialize Tensile host: No devices found\n").cause == "unknown"

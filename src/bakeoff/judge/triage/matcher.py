@@ -395,8 +395,8 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> dict[Rule, list[int]
                 continue
             prev = None
             for rule in shapes:
-                got = hits.setdefault(rule, [])
-                if len(got) >= _EVIDENCE_HITS:
+                at = hits.setdefault(rule, [])
+                if len(at) >= _EVIDENCE_HITS:
                     continue
                 for m in causes.classes[rule.near[0]].finditer(line):
                     if prev is None:
@@ -404,7 +404,7 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> dict[Rule, list[int]
                         prev = before[0][1] if before else ""
                     if _shape_ok(rule, causes.classes, line, (m.start(), m.end()), prev):
                         if not filt.excluded(rule, start, line):
-                            got.append(start)
+                            at.append(start)
                         break
         hits = {r: ss for r, ss in hits.items() if ss}
     regions = [(r0, r1, text[r0:r1] if (r0, r1) != (0, len(text)) else text)
