@@ -8,7 +8,7 @@ BIN     := $(VENV)/bin
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF
 export LLAMA_CPP_BUILD_JOBS ?= 2
 
-.PHONY: demo test install install-test clean
+.PHONY: demo test install install-test system-deps clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -25,7 +25,11 @@ install-test: install
 demo: install
 	$(BIN)/bakeoff run examples/smollm2.toml
 
-test: install-test
+# Debian packages the SSH, network-namespace and HTML tests drive (as root: installed when missing)
+system-deps:
+	sh scripts/system_deps.sh
+
+test: system-deps install-test
 	$(BIN)/python -m pytest -q
 
 clean:
