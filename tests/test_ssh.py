@@ -8,6 +8,7 @@ through sshd (llama-server + SmolLM2-135M), with a server argument full of shell
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import socket
@@ -357,3 +358,123 @@ def test_unreachable_host_exits_3_with_infra_error_not_a_verdict(tmp_path):
         (t,) = store.trials()
         assert (t.verdict, t.cause) == ("infra_error", "host") and not t.is_finished()
         assert "could not be asked" in store.sweep()["fingerprint"]["note"]
+
+
+# -- the seed's command, rendered by `bakeoff plan` -----------------------------------------
+SEED = r"""ssh root@<gpu-box> 'export CUDA_HOME=/usr/local/cuda-13.0 && export PATH="/usr/local/cuda-13.0/bin:/root/ml-env/bin:$PATH" && export LD_LIBRARY_PATH=/usr/local/cuda-13.0/lib64 && export OMP_NUM_THREADS=16 && nohup /root/ml-env/bin/python3 -m sglang.launch_server \
+  --model-path /data/models/Qwen3.5-397B-A17B-NVFP4 --served-model-name qwen3.5-397b --tp 8 \
+  --trust-remote-code --quantization modelopt_fp4 --host 0.0.0.0 --attention-backend triton \
+  --moe-runner-backend flashinfer_cutedsl --fp4-gemm-backend flashinfer_cudnn \
+  --reasoning-parser qwen3 --tool-call-parser qwen3_coder --disable-custom-all-reduce \
+  > /tmp/sglang_cutedsl_test.log 2>&1 &'"""
+
+
+def _parts(line: str) -> dict:
+    """A `ssh DEST 'REMOTE'` line taken apart the way the shells take it: ssh's words, the
+    remote's ``export`` assignments (``"$PATH"`` left as text), the program, its flags as
+    {flag: value or True}, and the redirections. Flag order is dropped: argparse gives the same
+    result for any order of distinct flags, and no flag repeats here."""
+    import shlex
+
+    outer = shlex.split(line.replace("\\\n", " "))
+    remote = shlex.split(outer[-1])
+    exports, i = {}, 0
+    while remote[i] == "export":
+        k, _, v = remote[i + 1].partition("=")
+        exports[k] = v
+        assert remote[i + 2] == "&&", remote[i:i + 3]
+        i += 3
+    launcher = []
+    while remote[i] in ("setsid", "nohup"):
+        launcher.append(remote[i])
+        i += 1
+    words = remote[i:]
+    redir = words[words.index(">"):]
+    words = words[:words.index(">")]
+    flags, j = {}, 3
+    while j < len(words):
+        assert words[j].startswith("--"), words[j]
+        if j + 1 < len(words) and not words[j + 1].startswith("--"):
+            flags[words[j]], j = words[j + 1], j + 2
+        else:
+            flags[words[j]], j = True, j + 1
+    return {"ssh": outer[:-1], "exports": exports, "launcher": launcher, "program": words[:3], "flags": flags,
+            "redirect": redir}
+
+
+def test_seed_spec_plans_the_seeds_command_flag_by_flag():
+    """`bakeoff plan examples/sglang-qwen397b.toml`: the cutedsl trial is the seed's command.
+    Same exports (PATH prepended, not replaced), same interpreter and module, the same flags
+    with the same values and no other, nohup, output and errors to a log file, in the
+    background. What differs, on purpose: `setsid` before nohup (its own session, so bakeoff can
+    stop the whole tree), the log's path (one per trial) and `< /dev/null`."""
+    run = subprocess.run([sys.executable, "-m", "bakeoff.cli", "plan", "--json", "examples/sglang-qwen397b.toml"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    trials = json.loads(run.stdout)
+    assert [t["label"] for t in trials] == ["baseline", "moe_runner_backend=flashinfer_trtllm",
+                                           "moe_runner_backend=flashinfer_cutedsl"]
+    got, want = _parts(trials[2]["command"]), _parts(SEED)
+    assert got["ssh"] == ["ssh", "root@gpu-box"] and want["ssh"] == ["ssh", "root@<gpu-box>"]
+    assert got["exports"] == want["exports"]
+    assert got["exports"]["PATH"] == "/usr/local/cuda-13.0/bin:/root/ml-env/bin:$PATH"
+    assert got["program"] == want["program"] == ["/root/ml-env/bin/python3", "-m", "sglang.launch_server"]
+    assert got["flags"] == want["flags"], set(got["flags"].items()) ^ set(want["flags"].items())
+    assert got["launcher"] == ["setsid", "nohup"] and want["launcher"] == ["nohup"]
+    assert got["redirect"][0] == ">" and got["redirect"][2:] == ["2>&1", "<", "/dev/null", "&"]
+    assert got["redirect"][1].startswith("/tmp/bakeoff/sglang-qwen397b-nvfp4/logs/002-")
+    assert want["redirect"] == [">", "/tmp/sglang_cutedsl_test.log", "2>&1", "&"]
+    # the baseline and the other trial differ from it in exactly the one flag they change
+    for t, moe in ((trials[0], "flashinfer_cutlass"), (trials[1], "flashinfer_trtllm")):
+        assert _parts(t["command"])["flags"] == {**want["flags"], "--moe-runner-backend": moe}
+    human = subprocess.run([sys.executable, "-m", "bakeoff.cli", "plan", "examples/sglang-qwen397b.toml"],
+                           capture_output=True, text=True, timeout=60, cwd=ROOT).stdout
+    assert trials[2]["command"] in human
+
+
+def test_plan_masks_secrets_and_quotes_each_argument(tmp_path):
+    """Secret-named env values never reach the printed command; argv elements with shell
+    metacharacters are one quoted word each (the remote shell runs no part of them)."""
+    import shlex
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "s"\nengine = "sglang"\nhost = { kind = "ssh", address = "box" }\n'
+                    '[engine_options]\npython = "/p/python3"\n[model]\npath = "/m"\n'
+                    '[server]\nhost = "127.0.0.1"\nport = 31000\nargs = ["--x", "a; rm -rf / $(id)"]\n'
+                    '[server.env]\nHF_TOKEN = "hf_abcdefghijklmnop"\nOPENAI_API_KEY = "sk-verysecretvalue"\n'
+                    '[server.env_append]\nLD_LIBRARY_PATH = ["/opt/lib"]\n[plan]\nstrategy = "baseline"\n')
+    run = subprocess.run([sys.executable, "-m", "bakeoff.cli", "plan", "--json", str(spec)], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    cmd = json.loads(run.stdout)[0]["command"]
+    assert "hf_abcdefghijklmnop" not in run.stdout and "sk-verysecretvalue" not in run.stdout
+    remote = shlex.split(shlex.split(cmd)[-1])
+    assert "HF_TOKEN=***" in remote and "OPENAI_API_KEY=***" in remote and "LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/opt/lib" in remote
+    assert "a; rm -rf / $(id)" in remote  # one word
+
+
+@pytest.mark.parametrize("table, bind, expect", [
+    ({"tunnel": False}, "127.0.0.1", "binds the remote's loopback"),
+    ({"tunnel": False}, "localhost", "binds the remote's loopback"),
+    ({"tunnel": True}, "10.1.2.3", "the tunnel forwards to the remote's 127.0.0.1"),
+    ({"client_address": "10.9.9.9"}, "::1", "cannot reach a server bound to '::1'"),
+])
+def test_unreachable_bind_is_a_spec_error_before_any_launch(tmp_path, table, bind, expect):
+    import tomllib  # noqa: F401
+
+    from bakeoff.spec import parse
+
+    data = {"name": "r", "engine": "llamacpp", "host": {"kind": "ssh", "address": "10.0.0.2", **table},
+            "model": {"path": "hf:a/b"}, "server": {"host": bind}}
+    with pytest.raises(SpecError, match=re.escape(expect)):
+        parse(data)
+
+
+def test_reach_tunnels_loopback_and_connects_directly_to_0000():
+    from bakeoff.run.hosts.ssh import SSHOptions, reach
+
+    o = SSHOptions(address="10.0.0.2")
+    assert reach(o, "127.0.0.1") == (True, "127.0.0.1") and reach(o, "::1") == (True, "127.0.0.1")
+    assert reach(o, "0.0.0.0") == (False, "10.0.0.2")
+    assert reach(SSHOptions(address="box", client_address="10.0.0.7"), "0.0.0.0") == (False, "10.0.0.7")
+    assert reach(SSHOptions(address="box", tunnel=True), "0.0.0.0") == (True, "127.0.0.1")

@@ -18,7 +18,8 @@ from typing import Callable
 from bakeoff.report import markdown as report
 from bakeoff.run.engines.base import get_engine
 from bakeoff.run.fingerprint import for_spec as fingerprint_for
-from bakeoff.run.hosts import Host, get_host
+from bakeoff.run.hosts import Host, command_line, get_host
+from bakeoff.run.hosts.checks import on_host as checks_on_host
 from bakeoff.plan import Planned, make_plan, pruned_by
 from bakeoff.judge.probes import results_from_json
 from bakeoff.redact import redact_env, redact_obj, remember
@@ -147,9 +148,9 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None, execut
     events = events or Events()
     out_dir = Path(out_dir)
     remember_secrets(spec)
-    model_path = spec.model.resolve()
     plan = make_plan(spec)
     host = make_host(spec)
+    model_path = checks_on_host(spec, host, out_dir, events.note)  # model path and axis values, where servers run
     with Store(out_dir, lock=True) as store:
         store.init_sweep(spec.name, spec.model_dump(mode="json"), fingerprint_for(spec, host))
         recover_orphans(store, host, events)
@@ -157,7 +158,7 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None, execut
         bad: dict[tuple[str, str], str] = dict(known_bad or {})
         from bakeoff.preflight.plan import for_sweep as preflight_bad
 
-        for pair, why in preflight_bad(spec, out_dir, events.note).items():
+        for pair, why in preflight_bad(spec, out_dir, events.note, host=host).items():
             bad.setdefault(pair, why)
         for rec in store.trials():
             _learn(rec, bad)
@@ -249,12 +250,15 @@ def _judge_speed(rec: TrialRecord, store: Store, plan: list[Planned], spec: Spec
 
 def plan_json(spec: Spec) -> list[dict]:
     remember_secrets(spec)
-    model_path = spec.model.resolve()
-    return [
-        {"idx": r.idx, "label": Planned(r.idx, r.config, tuple(r.changed)).label, "changed": r.changed,
-         "argv": r.argv, "env": r.env}
-        for r in planned_records(spec, make_plan(spec), model_path)
-    ]
+    model_path = spec.model_path()  # a remote host's model is checked on it by `bakeoff run`
+    plan = make_plan(spec)
+    engine = get_engine(spec.engine, **spec.engine_options)
+    out = []
+    for p, r in zip(plan, planned_records(spec, plan, model_path)):
+        launch = build_launch(spec, engine, p, spec.server.port or 8000, model_path)
+        out.append({"idx": r.idx, "label": p.label, "changed": r.changed, "argv": r.argv, "env": r.env,
+                    "command": command_line(spec.host, launch.argv, launch.env, f"{p.idx:03d}-{p.key}.log", spec.name)})
+    return out
 
 
 def dumps(obj) -> str:

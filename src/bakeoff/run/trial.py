@@ -19,7 +19,7 @@ from bakeoff.measure import bench
 from bakeoff.judge import probes
 from bakeoff.run.engines.base import Engine, LaunchContext
 from bakeoff.errors import InfraError
-from bakeoff.run.hosts.base import Handle, Host
+from bakeoff.run.hosts.base import Handle, Host, PathEdit
 from bakeoff.plan import Planned, axis_env_and_args, model_of
 from bakeoff.redact import redact_env, remember
 from bakeoff.spec import Spec
@@ -57,7 +57,8 @@ def build_launch(spec: Spec, engine: Engine, planned: Planned, port: int, model_
     ctx = LaunchContext(model=model_path, host=spec.server.host, port=port, args=list(spec.server.args),
                         axis_args=axis_args, served_model_name=spec.model.name)
     defaults = getattr(engine, "default_env", None)  # an engine's env needs; the spec wins
-    env = {**(defaults(ctx) if defaults else {}), **spec.server.env, **axis_env}
+    edits = {k: PathEdit(k, before, after) for k, (before, after) in spec.server.path_edits().items()}
+    env = {**(defaults(ctx) if defaults else {}), **spec.server.env, **edits, **axis_env}
     return Launch(engine.command(ctx), env, port)
 
 
