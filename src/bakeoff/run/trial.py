@@ -303,9 +303,13 @@ class TrialRunner:
         return True
 
     def _client_host(self) -> str:
+        """Where the HTTP client connects: a remote host decides from what the server binds
+        (its loopback through a tunnel, 0.0.0.0 at the host's address); here, the bind itself."""
         h = self.spec.server.host
-        remote = getattr(self.host, "client_address", None)
-        return remote or ("127.0.0.1" if h in ("0.0.0.0", "::", "") else h)
+        pick = getattr(self.host, "client_host", None)
+        if pick is not None:
+            return pick(h)
+        return "127.0.0.1" if h in ("0.0.0.0", "::", "") else h
 
 
 def _crashed(rec: TrialRecord, diag: Diagnosis, ready: ReadyOutcome, detail: str, *, extra_evidence: list[str] | tuple = (),
