@@ -565,3 +565,44 @@ def test_reach_tunnels_loopback_and_connects_directly_to_0000():
     assert reach(o, "0.0.0.0") == (False, "10.0.0.2")
     assert reach(SSHOptions(address="box", client_address="10.0.0.7"), "0.0.0.0") == (False, "10.0.0.7")
     assert reach(SSHOptions(address="box", tunnel=True), "0.0.0.0") == (True, "127.0.0.1")
+
+
+# -- env_prepend / env_append ---------------------------------------------------------------
+def test_path_edits_add_to_the_hosts_own_value(tmp_path):
+    """Prepended/appended elements land around the value *where the server runs*: the remote
+    shell's $PATH for the SSH launch script (run here with sh, as sshd would), os.environ here."""
+    from bakeoff.run.hosts.base import PathEdit
+    from bakeoff.run.hosts.local import LocalHost
+
+    edit = PathEdit("PATH", ("/opt/a b", "/opt/$x"), ("/opt/last",))
+    log = str(tmp_path / "r" / "ssh.log")
+    script = launch_script(["sh", "-c", 'printf "%s" "$PATH"'], {"PATH": edit}, log, str(tmp_path))
+    remote_path = "/usr/bin:/bin"
+    subprocess.run(["env", "-i", f"PATH={remote_path}", "sh", "-s"], input=script, capture_output=True, text=True, timeout=30)
+    deadline = time.monotonic() + 10
+    while not Path(log + ".rc").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert Path(log).read_text() == f"/opt/a b:/opt/$x:{remote_path}:/opt/last"
+
+    host = LocalHost()
+    h = host.start(["sh", "-c", 'printf "%s" "$PATH"'], {"PATH": edit}, tmp_path / "l" / "local.log")
+    deadline = time.monotonic() + 10
+    while host.exit_code(h) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    host.stop(h)
+    assert host.read_log(h) == f"/opt/a b:/opt/$x:{os.environ['PATH']}:/opt/last"
+
+
+@pytest.mark.parametrize("server, expect", [
+    ({"env_prepend": {"PATH": ["/a:/b"]}}, "server: env_prepend.PATH: '/a:/b' is not one element"),
+    ({"env_prepend": {"PATH": []}}, "server: env_prepend.PATH: give at least one element"),
+    ({"env_append": {"LD-LIB": ["/x"]}}, "server: env_append.LD-LIB: not a shell variable name"),
+    ({"env": {"PATH": "/bin"}, "env_prepend": {"PATH": ["/x"]}}, "server: env_prepend.PATH: env.PATH already replaces"),
+])
+def test_path_edits_are_validated(server, expect):
+    from bakeoff.spec import parse
+
+    with pytest.raises(SpecError, match=re.escape(expect)):
+        parse({"name": "v", "engine": "llamacpp", "model": {"path": "hf:a/b"}, "server": server})
