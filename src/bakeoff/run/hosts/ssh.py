@@ -374,6 +374,9 @@ class SSHHost(Host):
             f'if [ -s {rc} ]; then cat {rc}; elif alive {handle.pid}; then echo running; '
             f'else sleep 0.3; if [ -s {rc} ]; then cat {rc}; else echo gone; fi; fi\n', 30).strip()
         if out == "running":
+            tunnel = getattr(handle, "tunnel", None)
+            if tunnel is not None and tunnel.poll() is not None:  # the server is fine; the way to it is not
+                raise InfraError(f"ssh tunnel to {self.dest} closed (exit {tunnel.returncode}) while the server runs")
             return None
         if out.lstrip("-").isdigit():
             return exit_status(int(out))
@@ -420,7 +423,7 @@ class SSHHost(Host):
         busy = self._listening()
         for _ in range(200):
             port = random.randint(20000, 59999)
-            if port not in busy and (not self.opts.tunnel or _local_free(self.opts.tunnel_bind, port)):
+            if port not in busy and (self.opts.tunnel is False or _local_free(self.opts.tunnel_bind, port)):
                 return port
         raise InfraError(f"ssh {self.dest}: no free port found")
 
