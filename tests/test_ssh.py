@@ -26,7 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bakeoff.errors import LaunchError, SpecError
+from bakeoff.errors import InfraError, LaunchError, SpecError
 from bakeoff.run.hosts import get_host
 from bakeoff.run.hosts.ssh import SSHHost, exit_status, launch_script
 
@@ -188,6 +188,10 @@ def test_tunnel_forwards_the_port(sshd, tmp_path):
                 assert time.monotonic() < deadline and host.exit_code(h) is None
                 time.sleep(0.3)
         assert body == "through the tunnel"
+        h.tunnel.kill()  # the way to the server closes while it runs: the host's failure, not the server's
+        h.tunnel.wait(5)
+        with pytest.raises(InfraError, match="ssh tunnel to .* closed"):
+            host.exit_code(h)
     finally:
         host.stop(h)
     assert h.tunnel.poll() is not None
