@@ -614,3 +614,29 @@ def test_path_edits_are_validated(server, expect):
 
     with pytest.raises(SpecError, match=re.escape(expect)):
         parse({"name": "v", "engine": "llamacpp", "model": {"path": "hf:a/b"}, "server": server})
+
+
+def test_help_command_is_the_engines_own_program():
+    from bakeoff.run.engines.base import get_engine
+    from bakeoff.run.engines.helptext import program_of, version_argv
+
+    sg = program_of(get_engine("sglang", python="/root/ml-env/bin/python3"))
+    assert sg == ["/root/ml-env/bin/python3", "-m", "sglang.launch_server"]
+    assert version_argv(sg)[0] == "/root/ml-env/bin/python3" and version_argv(sg)[-1] == "sglang"
+    assert program_of(get_engine("vllm", binary="/usr/bin/vllm")) == ["/usr/bin/vllm", "serve"]
+    assert program_of(get_engine("llamacpp", binary="/opt/llama-server")) == ["/opt/llama-server"]
+    assert version_argv(["/opt/llama-server"]) == ["/opt/llama-server", "--version"]
+
+
+def test_engine_missing_on_the_host_is_one_error_naming_it(sshd, tmp_path):
+    """SGLang is not installed for the remote's interpreter: its --help, run there, says so, and
+    the sweep stops before any launch with that line and the host's name."""
+    from bakeoff.pipeline import run_sweep
+    from bakeoff.spec import parse
+
+    spec = parse({"name": "nosglang", "engine": "sglang", "host": sshd["table"], "engine_options": {"python": sshd["remote"].python},
+                  "model": {"path": sshd["remote"].model},
+                  "axes": [{"name": "moe", "flag": "--moe-runner-backend", "values": ["flashinfer_cutlass"]}]})
+    with pytest.raises(SpecError, match=rf"printed no usable help on ssh host root@{re.escape(sshd['address'])} "
+                                        r"\(exit 1: .*No module named 'sglang'"):
+        run_sweep(spec, tmp_path / "run")
