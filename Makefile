@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make demo   installs bakeoff, llama.cpp (built from source) and SmolLM2, then runs the example sweep
-#   make test   installs the test dependencies and runs the test suite (.ci/run calls exactly this)
+#   make test   installs the system packages the tests drive (as root), the test dependencies, and runs
+#               the test suite (.ci/run calls exactly this)
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
