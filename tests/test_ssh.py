@@ -640,3 +640,34 @@ def test_engine_missing_on_the_host_is_one_error_naming_it(sshd, tmp_path):
     with pytest.raises(SpecError, match=rf"printed no usable help on ssh host root@{re.escape(sshd['address'])} "
                                         r"\(exit 1: .*No module named 'sglang'"):
         run_sweep(spec, tmp_path / "run")
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1", "::1"])
+def test_loopback_bound_server_is_tunnelled_without_asking(sshd, tmp_path, bind):
+    """No ``tunnel`` in the host table: a server that binds the remote's loopback (IPv4 or IPv6)
+    gets a tunnel by itself and is reached through it; the remote's own address does not reach
+    it. (A stub HTTP server: this tests the way to a server, not an engine.)"""
+    host = _host(sshd)
+    port = host.free_port()
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "hi.txt").write_text(f"hello from {bind}")
+    serve = ("import functools, socket, sys, http.server as h; a = sys.argv; p = int(a[a.index('--port') + 1]); "
+             "b = a[a.index('--host') + 1]; "
+             "S = type('S', (h.ThreadingHTTPServer,), {'address_family': socket.AF_INET6 if ':' in b else socket.AF_INET}); "
+             "S((b, p), functools.partial(h.SimpleHTTPRequestHandler, directory=a[1])).serve_forever()")
+    h = host.start([sys.executable, "-c", serve, str(tmp_path / "www"), "--host", bind, "--port", str(port)], {},
+                   tmp_path / "t" / "logs" / "0.log")
+    try:
+        assert h.tunnel is not None and host.client_host(bind) == "127.0.0.1"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/hi.txt", timeout=2).read().decode()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and host.exit_code(h) is None, host.read_log(h)
+                time.sleep(0.3)
+        assert body == f"hello from {bind}"
+        assert not _reachable(sshd["address"], port)
+    finally:
+        host.stop(h)

@@ -221,6 +221,14 @@ def reach(opts: SSHOptions, bind: str) -> tuple[bool, str]:
     return False, opts.client_address or bind
 
 
+def _tunnel_target(bind: str | None) -> str:
+    """Where on the remote the tunnel delivers: the loopback address the server binds (``::1``
+    in ssh's bracket form), else 127.0.0.1 (a server bound to every address listens there too)."""
+    if bind is None or not is_loopback(bind):
+        return "127.0.0.1"
+    return "[::1]" if bind == "::1" else bind
+
+
 def check_options(options: dict, bind: str) -> SSHOptions:
     """The ``[host]`` table validated, and reachable for a server binding ``bind`` (SpecError)."""
     try:
@@ -350,7 +358,7 @@ class SSHHost(Host):
         handle = SSHHandle(pid=pid, pgid=pgid, log_path=log_path, host=self.address, remote_log=remote_log)
         bind = _flag_value(argv, "--host")
         if (bind is not None and reach(self.opts, bind)[0]) or (bind is None and self.opts.tunnel):
-            handle.tunnel = self._open_tunnel(_port_of(argv))
+            handle.tunnel = self._open_tunnel(_port_of(argv), _tunnel_target(bind))
         return handle
 
     def client_host(self, bind: str) -> str:
@@ -507,10 +515,10 @@ class SSHHost(Host):
         out = self.run_script(LISTENING + "\n", 30)
         return {int(h, 16) for h in out.split() if re.fullmatch(r"[0-9A-Fa-f]{4}", h)}
 
-    def _open_tunnel(self, port: int) -> subprocess.Popen:
+    def _open_tunnel(self, port: int, target: str = "127.0.0.1") -> subprocess.Popen:
         o = self.opts
         argv = [*self.ssh_argv(control=False)[:-1], "-N", "-o", "ExitOnForwardFailure=yes",
-                "-L", f"{o.tunnel_bind}:{port}:127.0.0.1:{port}", self.dest]
+                "-L", f"{o.tunnel_bind}:{port}:{target}:{port}", self.dest]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 preexec_fn=_die_with_parent)
         deadline = time.monotonic() + o.connect_timeout + 5
