@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make demo   installs bakeoff, llama.cpp (built from source) and SmolLM2, then runs the example sweep
-#   make test   installs the test dependencies and runs the test suite (.ci/run calls exactly this)
+#   make test   installs the system packages the tests drive (as root), the test dependencies, and runs
+#               the test suite (.ci/run calls exactly this)
 PY      ?= python3
 VENV    ?= .venv
 BIN     := $(VENV)/bin
@@ -8,7 +9,7 @@ BIN     := $(VENV)/bin
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF
 export LLAMA_CPP_BUILD_JOBS ?= 2
 
-.PHONY: demo test install install-test clean
+.PHONY: demo test install install-test system-deps clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -25,7 +26,11 @@ install-test: install
 demo: install
 	$(BIN)/bakeoff run examples/smollm2.toml
 
-test: install-test
+# Debian packages the SSH, network-namespace and HTML tests drive (as root: installed when missing)
+system-deps:
+	sh scripts/system_deps.sh
+
+test: system-deps install-test
 	$(BIN)/python -m pytest -q
 
 clean:

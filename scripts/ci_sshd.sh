@@ -1,10 +1,12 @@
 #!/bin/sh
-# Start a throwaway OpenSSH server on 127.0.0.1 for the SSH-host tests (run as root).
+# Start a throwaway OpenSSH server for the SSH-host tests (run as root).
 #
-#   scripts/ci_sshd.sh DIR        # DIR is created if missing and holds every file
+#   scripts/ci_sshd.sh DIR                      # on 127.0.0.1, a free port
+#   LISTEN=10.213.7.2 PORT=22 scripts/ci_sshd.sh DIR   # e.g. inside a network namespace
 #
-# Generates a host key and a client key in DIR, authorizes the client key for the current
-# user, picks a free port, prints two lines on stdout and then *becomes* sshd (exec, -D -e), so
+# DIR is created if missing and holds every file. Generates a host key and a client key in DIR,
+# authorizes the client key for the current user, picks a free port (unless PORT is given),
+# prints two lines on stdout and then *becomes* sshd (exec, -D -e), so
 # the caller that started this script owns sshd's process and its log (stderr):
 #
 #   port=<port>
@@ -26,9 +28,10 @@ dir=$(cd "$dir" && pwd)
 cp "$dir/client_key.pub" "$dir/authorized_keys"
 chmod 600 "$dir/authorized_keys"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+listen=${LISTEN:-127.0.0.1}
+port=${PORT:-$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 cat > "$dir/sshd_config" <<EOF
-ListenAddress 127.0.0.1
+ListenAddress $listen
 Port $port
 HostKey $dir/host_key
 AuthorizedKeysFile $dir/authorized_keys

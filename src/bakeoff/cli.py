@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -131,21 +130,25 @@ def _load_known_bad(paths: list[Path], spec) -> dict:
 @app.command()
 def plan(spec_path: Path = typer.Argument(..., metavar="SPEC"),
          as_json: bool = typer.Option(False, "--json", help="one JSON list of trials")) -> None:
-    """Print every trial's argv and env; launches nothing."""
+    """Print every trial's launch command as it would be typed on the spec's host (over ssh for
+    an SSH host: exports, setsid nohup, log file); secrets masked; launches nothing."""
     from bakeoff import spec as specmod
     from bakeoff.pipeline import plan_json
 
     try:
-        trials = plan_json(specmod.load(spec_path))
+        spec = specmod.load(spec_path)
+        trials = plan_json(spec)
     except BakeoffError as err:
         _fail(err)
     if as_json:
         out.print_json(json.dumps(trials))
         return
+    if spec.is_remote:
+        out.print(f"# the model path and the axis values are checked on {spec.host.get('address')} when `bakeoff run` starts",
+                  markup=False, highlight=False, soft_wrap=True)
     for t in trials:
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in t["env"].items())
         out.print(f"# trial {t['idx']}: {t['label']}", markup=False, highlight=False)
-        out.print((env + " " if env else "") + shlex.join(t["argv"]), markup=False, highlight=False, soft_wrap=True)
+        out.print(t["command"], markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()

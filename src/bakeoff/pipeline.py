@@ -32,7 +32,8 @@ from bakeoff.report import write_reports
 from bakeoff.run.engines.base import get_engine
 from bakeoff.run.executors import Context, Executor, Job, make_executor
 from bakeoff.run.fingerprint import for_spec as fingerprint_for
-from bakeoff.run.hosts import Host, get_host
+from bakeoff.run.hosts import Host, command_line, get_host
+from bakeoff.run.hosts.checks import on_host as checks_on_host
 from bakeoff.run.trial import build_launch
 from bakeoff.spec import Spec
 from bakeoff.store import Store, TrialRecord, identity_of, spec_changes
@@ -111,11 +112,18 @@ def record_for(spec: Spec, p: Planned, model_path: str, identity: str) -> TrialR
 
 
 def plan_json(spec: Spec) -> list[dict]:
-    """What `bakeoff plan` prints: each trial's argv and env (an adaptive strategy's first round)."""
+    """What `bakeoff plan` prints: each trial's argv, env and, on a remote host, the command line
+    run there (an adaptive strategy's first round)."""
     remember_secrets(spec)
-    model_path = spec.model.resolve()
-    return [{"idx": p.idx, "label": p.label, "changed": list(p.changed), "argv": r.argv, "env": r.env}
-            for p in make_plan(spec) for r in [record_for(spec, p, model_path, "")]]
+    model_path = spec.model_path()  # a remote host's model is checked on it by `bakeoff run`
+    engine = get_engine(spec.engine, **spec.engine_options)
+    out = []
+    for p in make_plan(spec):
+        r = record_for(spec, p, model_path, "")
+        launch = build_launch(spec, engine, p, spec.server.port or 8000, model_path)
+        out.append({"idx": p.idx, "label": p.label, "changed": list(p.changed), "argv": r.argv, "env": r.env,
+                    "command": command_line(spec.host, launch.argv, launch.env, f"{p.idx:03d}-{p.key}.log", spec.name)})
+    return out
 
 
 # -- orphans -------------------------------------------------------------------------------
@@ -166,8 +174,8 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None,
     events = events or Events()
     out_dir = Path(out_dir).resolve()
     remember_secrets(spec)
-    model_path = spec.model.resolve()
     host = make_host(spec)
+    model_path = checks_on_host(spec, host, out_dir, events.note)  # model path and axis values, where servers run
     fingerprint = fingerprint_for(spec, host)
     identity = identity_of(spec, fingerprint)
     with Store(out_dir, lock=True) as store:
@@ -175,7 +183,7 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None,
             events.note(line)
         store.init_sweep(spec.name, spec.model_dump(mode="json"), fingerprint, identity)
         recover_orphans(store, host, events)
-        gate = _gate(spec, out_dir, known_bad, events)
+        gate = _gate(spec, out_dir, known_bad, events, host)
         stop = StopFlag()
         ctx = Context(spec, store, host, out_dir, model_path, events, stop.stopped.is_set)
         with make_executor(spec.executor, ctx) as executor:
@@ -190,14 +198,14 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None,
     return report
 
 
-def _gate(spec: Spec, out_dir: Path, known_bad: dict[frozenset, str] | None, events: Events) -> Gate:
+def _gate(spec: Spec, out_dir: Path, known_bad: dict[frozenset, str] | None, events: Events, host: Host) -> Gate:
     """Known-bad combinations from ``--known-bad`` matrices and kernel preflight."""
     from bakeoff.preflight.plan import for_sweep as preflight_bad
 
     gate = Gate.for_spec(spec)
     for pairs, why in (known_bad or {}).items():
         gate.add(pairs, why, "known_bad")
-    for pair, why in preflight_bad(spec, out_dir, events.note).items():
+    for pair, why in preflight_bad(spec, out_dir, events.note, host=host).items():
         gate.add(frozenset([pair]), why, "preflight")
     return gate
 

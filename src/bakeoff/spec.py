@@ -10,7 +10,7 @@ import os
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any, Callable, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -72,12 +72,19 @@ def render(value: Value) -> str:
 
 
 class Model(_Strict):
-    """The model to serve. ``path`` may be ``pkg:<python package>/<file>``, resolved at run time."""
+    """The model to serve. ``path`` may be ``pkg:<python package>/<file>``, resolved at run time.
+
+    Existence is checked where the server runs: ``resolve(exists=host.path_exists, where=...)``
+    for a remote host (``Spec.model_path``), this machine's file system otherwise."""
 
     path: str
     name: str | None = None
 
-    def resolve(self) -> str:
+    def resolve(self, exists: Callable[[str], bool] | None = None, where: str = "") -> str:
+        """The path the engine gets. ``exists`` answers for the server's host (default: here);
+        ``where`` names that host in the error (" on ssh host root@gpu-box")."""
+        if exists is not None:
+            return self._resolve_on(exists, where)
         if self.path.startswith("pkg:"):
             pkg, _, rel = self.path[4:].partition("/")
             try:
@@ -100,16 +107,61 @@ class Model(_Strict):
             raise SpecError(f"model.path: {self.path!r} does not exist (use 'hf:org/name' for a hub model id)")
         return expanded  # "org/name": a hub id
 
+    def _resolve_on(self, exists: Callable[[str], bool], where: str) -> str:
+        path = self.path
+        if path.startswith("pkg:"):  # the package is looked up here; its file must be on the host too
+            path = Model(path=path).resolve()
+        if path.startswith("hf:"):
+            return path[3:]
+        if exists(path):
+            return path
+        if path.startswith(("/", ".", "~")) or path.endswith((".gguf", ".safetensors", ".bin")) or path.count("/") != 1:
+            raise SpecError(f"model.path: {self.path!r} does not exist{where} (use 'hf:org/name' for a hub model id)")
+        return path  # "org/name": a hub id
+
 
 class Server(_Strict):
+    """``[server]``. ``env`` sets variables (replacing the host's value); ``env_prepend`` /
+    ``env_append`` add elements to a PATH-like variable of the host, e.g.
+    ``env_prepend = { PATH = ["/usr/local/cuda-13.0/bin"] }`` runs with
+    ``PATH="/usr/local/cuda-13.0/bin:$PATH"`` where the server runs."""
+
     host: str = "127.0.0.1"
     port: int = Field(default=0, ge=0, le=65535, description="0 picks a free port per trial")
     args: list[str] = []
     env: dict[str, str] = {}
+    env_prepend: dict[str, list[str]] = Field(default={}, description="PATH-like variable -> elements put before the host's value")
+    env_append: dict[str, list[str]] = Field(default={}, description="PATH-like variable -> elements put after the host's value")
     startup_timeout_s: float = Field(default=300, gt=0)
     hang_timeout_s: float = Field(default=120, gt=0, description="no new log line for this long while not ready")
     request_timeout_s: float = Field(default=120, gt=0)
     max_log_bytes: int = Field(default=20_000_000, gt=1000)
+
+    @model_validator(mode="after")
+    def _env_names(self) -> "Server":
+        for name in self.env:
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(f"env.{name}: not a shell variable name (letters, digits, _; not starting with a digit)")
+        for where, table in (("env_prepend", self.env_prepend), ("env_append", self.env_append)):
+            for name, parts in table.items():
+                if not ENV_NAME.fullmatch(name):
+                    raise ValueError(f"{where}.{name}: not a shell variable name (letters, digits, _; not starting with a digit)")
+                if name in self.env:
+                    raise ValueError(f"{where}.{name}: env.{name} already replaces the variable; use one of the two")
+                if not parts:
+                    raise ValueError(f"{where}.{name}: give at least one element, e.g. [\"/opt/bin\"]")
+                for part in parts:
+                    if not part or ":" in part or any(c in part for c in "\n\0"):
+                        raise ValueError(f"{where}.{name}: {part!r} is not one element (non-empty, no ':' or newline)")
+        return self
+
+    def path_edits(self) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
+        """variable -> (elements before, elements after) the host's own value."""
+        names = list(dict.fromkeys([*self.env_prepend, *self.env_append]))
+        return {n: (tuple(self.env_prepend.get(n, ())), tuple(self.env_append.get(n, ()))) for n in names}
+
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class Probes(_Strict):
@@ -269,6 +321,21 @@ class Spec(_Strict):
                 raise ValueError(f"plan.force: {f!r} is not 'axis=value' of a declared axis")
         return self
 
+    @property
+    def is_remote(self) -> bool:
+        """The servers run on another machine (``[host] kind`` other than local)."""
+        return self.host.get("kind", "local") != "local"
+
+    def model_path(self, host=None) -> str:
+        """``model.path`` resolved where the server runs: on ``host`` (anything with
+        ``path_exists`` and ``describe``) when given; for a remote spec without its host at
+        hand (``bakeoff plan``) unchecked, since only that host can say."""
+        if host is not None and getattr(host, "path_exists", None) is not None:
+            return self.model.resolve(exists=host.path_exists, where=f" on {host.describe}")
+        if self.is_remote:
+            return self.model.resolve(exists=lambda p: True)
+        return self.model.resolve()
+
     def baseline_config(self) -> dict[str, Value]:
         """The baseline: explicit values, else each axis's first value."""
         return {a.name: self.baseline.get(a.name, a.values[0]) for a in self.axes}
@@ -297,6 +364,7 @@ def parse(data: dict, source: str = "<spec>") -> Spec:
         spec = Spec.model_validate(data)
     except ValidationError as err:
         raise SpecError(_format_error(err, source)) from None
+    _validate_host(spec, source)
     _validate_against_engine(spec, source)
     return spec
 
@@ -325,7 +393,21 @@ def load(path: str | os.PathLike) -> Spec:
     return loads(text, str(p))
 
 
+def _validate_host(spec: Spec, source: str) -> None:
+    """The host table is valid and a server binding ``server.host`` there is reachable from here."""
+    if spec.host.get("kind", "local") == "ssh":
+        from bakeoff.run.hosts.ssh import check_options
+
+        try:
+            check_options(spec.host, spec.server.host)
+        except SpecError as err:
+            raise SpecError(f"{source}: {err}") from None
+
+
 def _validate_against_engine(spec: Spec, source: str) -> None:
+    """Axis values against the engine's --help, model-axis paths against the file system: here
+    for a local spec; for a remote one ``run.hosts.checks.on_host`` does both on the host at the
+    start of ``bakeoff run`` (a captured ``engine_options.help_text`` is still read here)."""
     from bakeoff.run.engines.base import get_engine
 
     try:
@@ -334,14 +416,15 @@ def _validate_against_engine(spec: Spec, source: str) -> None:
         raise SpecError(f"{source}: engine_options: {err}") from None
     except SpecError as err:
         raise SpecError(f"{source}: {err}") from None
+    remote_help = spec.is_remote and not spec.engine_options.get("help_text")
     for axis in spec.axes:
-        if axis.model:
+        if axis.model and not spec.is_remote:
             for value in axis.values:
                 try:
                     Model(path=str(value)).resolve()
                 except SpecError as err:
                     raise SpecError(f"{source}: axes.{axis.name}: {err}") from None
-        if axis.flag is None:
+        if axis.flag is None or remote_help:
             continue
         for value in axis.values:
             if isinstance(value, bool):

@@ -10,6 +10,8 @@ def table(results: dict, pruned: dict | None = None) -> str:
     """A markdown table of verdicts (and, for a spec, what the planner would skip)."""
     dev = results.get("device", {})
     head = f"device: {dev.get('gpu') or dev.get('device', '?')} (torch {dev.get('torch')}, cuda {dev.get('cuda')})"
+    if results.get("ran_on"):
+        head += f" on {results['ran_on']}"
     lines = [head, "", "| probe | verdict | time ms | max abs err | reason |", "|---|---|---|---|---|"]
     for r in results.get("results", []):
         err = "" if r.get("max_abs_err") is None else f"{r['max_abs_err']:.3g}"
@@ -32,7 +34,12 @@ def run_preflight(spec_path: Path | None, *, as_json: bool, out_file: Path | Non
 
         spec = specmod.load(spec_path)
         need = sorted({g for globs in plan.required_probes(spec).values() for g in globs})
-        results = plan.run(spec, only or need or None)
+        host = None
+        if spec.is_remote:  # the probes run where the spec's servers run
+            from bakeoff.run.hosts import get_host
+
+            host = get_host(spec.host)
+        results = plan.run(spec, only or need or None, host=host)
         pruned = plan.bad_values(spec, results)
     else:
         results = run_all(only or None)

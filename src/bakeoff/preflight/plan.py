@@ -5,13 +5,19 @@
 ``bad_values`` turns results into ``{(axis, value): reason}`` for every value whose required
 probe is unsupported, compile-failed or nan, except values listed in ``[preflight] force``
 (or ``[plan] force``). ``run`` probes in a subprocess with the engine's interpreter, so a probe
-that crashes the process cannot take the sweep with it.
+that crashes the process cannot take the sweep with it; for a remote spec that subprocess runs
+on the host of the trials (``run_on_host``: the probe modules travel with the command, the
+remote needs only the engine's Python), since the controller's GPU (or none) says nothing.
 """
 
 from __future__ import annotations
 
+import base64
 import fnmatch
+import io
 import json
+import shlex
+import tarfile
 import os
 import subprocess
 import sys
@@ -66,8 +72,11 @@ def bad_values(spec: Spec, results: dict) -> dict[tuple[str, str], str]:
     return out
 
 
-def run(spec: Spec, patterns: list[str] | None = None, timeout_s: float = 600) -> dict:
-    """Probe in a subprocess with the engine's python; a dead process is one 'unsupported' result."""
+def run(spec: Spec, patterns: list[str] | None = None, timeout_s: float = 600, host=None) -> dict:
+    """Probe in a subprocess with the engine's python; a dead process is one 'unsupported' result.
+    With a remote ``host`` (one that has ``run_script``) the subprocess runs there."""
+    if host is not None and getattr(host, "run_script", None) is not None:
+        return run_on_host(spec, host, patterns, timeout_s)
     python = spec.preflight.python or spec.engine_options.get("python") or sys.executable
     src = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -84,14 +93,52 @@ def run(spec: Spec, patterns: list[str] | None = None, timeout_s: float = 600) -
     return json.loads(proc.stdout)
 
 
+PACKAGE = Path(__file__).resolve().parent  # bakeoff/preflight: imports nothing else of bakeoff
+
+
+def _bundle() -> str:
+    """bakeoff/__init__.py and the preflight package (not this planner), as base64 of a tar.gz."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        tar.add(PACKAGE.parent / "__init__.py", "bakeoff/__init__.py")
+        for f in sorted(PACKAGE.glob("*.py")):
+            if f.name not in ("plan.py", "cli.py"):
+                tar.add(f, f"bakeoff/preflight/{f.name}")
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def run_on_host(spec: Spec, host, patterns: list[str] | None = None, timeout_s: float = 600) -> dict:
+    """``python -m bakeoff.preflight`` on the SSH host with its engine's interpreter; the probe
+    modules are unpacked into a temporary directory there and removed afterwards."""
+    python = spec.preflight.python or spec.engine_options.get("python") or "python3"
+    argv = [python, "-m", "bakeoff.preflight", "--reps", str(spec.preflight.reps), *(["--only", *patterns] if patterns else [])]
+    script = (f'd=$(mktemp -d) || exit 1\nprintf %s {_bundle()} | base64 -d | tar -xzf - -C "$d" || exit 1\n'
+              f'PYTHONPATH="$d" {" ".join(shlex.quote(a) for a in argv)} > "$d/out" 2> "$d/err" < /dev/null\n'
+              'echo "rc=$?"; tail -n 1 "$d/err"; echo "---bakeoff-json---"; cat "$d/out"; rm -rf "$d"\n')
+    try:
+        out = host.run_script(script, timeout_s)
+    except Exception as err:  # noqa: BLE001  the host failing is the preflight failing, not the sweep
+        return _died(patterns, f"preflight on {getattr(host, 'describe', 'the host')} failed: {err}")
+    head, _, body = out.partition("---bakeoff-json---\n")
+    lines = head.strip().splitlines()
+    rc = lines[0].removeprefix("rc=") if lines else "?"
+    if rc != "0":
+        tail = lines[1] if len(lines) > 1 else f"exit code {rc}"
+        return _died(patterns, f"preflight process on {getattr(host, 'describe', 'the host')} exited {rc}: {tail[:300]}")
+    results = json.loads(body)
+    results["ran_on"] = getattr(host, "describe", "the host")
+    return results
+
+
 def _died(patterns: list[str] | None, why: str) -> dict:
     return {"schema": 1, "device": {}, "error": why,
             "results": [{"name": p, "library": "?", "verdict": "unsupported", "reason": why} for p in patterns or []]}
 
 
-def for_sweep(spec: Spec, out_dir: Path, note=lambda msg: None) -> dict[tuple[str, str], str]:
+def for_sweep(spec: Spec, out_dir: Path, note=lambda msg: None, host=None) -> dict[tuple[str, str], str]:
     """What the sweep prunes: recorded results (``[preflight] results``) or a fresh run of the
-    probes the spec needs; the results are written to OUT/preflight.json."""
+    probes the spec needs, on ``host`` when the spec's servers run remotely; the results are
+    written to OUT/preflight.json."""
     if not spec.preflight.enabled:
         return {}
     need = required_probes(spec)
@@ -100,7 +147,7 @@ def for_sweep(spec: Spec, out_dir: Path, note=lambda msg: None) -> dict[tuple[st
     if spec.preflight.results:
         results = json.loads(Path(spec.preflight.results).expanduser().read_text())
     else:
-        results = run(spec, sorted({g for globs in need.values() for g in globs}))
+        results = run(spec, sorted({g for globs in need.values() for g in globs}), host=host if spec.is_remote else None)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     (Path(out_dir) / "preflight.json").write_text(json.dumps(results, indent=1))
     bad = bad_values(spec, results)

@@ -20,7 +20,7 @@ from bakeoff.measure.power import EnergyMeter
 from bakeoff.judge import probes
 from bakeoff.run.engines.base import Engine, LaunchContext
 from bakeoff.errors import InfraError
-from bakeoff.run.hosts.base import Handle, Host
+from bakeoff.run.hosts.base import Handle, Host, PathEdit
 from bakeoff.plan import Planned, axis_env_and_args, model_of
 from bakeoff.redact import redact_env, redact_text, remember
 from bakeoff.spec import Spec
@@ -59,7 +59,8 @@ def build_launch(spec: Spec, engine: Engine, planned: Planned, port: int, model_
     ctx = LaunchContext(model=model_path, host=spec.server.host, port=port, args=list(spec.server.args),
                         axis_args=axis_args, served_model_name=spec.model.name)
     defaults = getattr(engine, "default_env", None)  # an engine's env needs; the spec wins
-    env = {**(defaults(ctx) if defaults else {}), **spec.server.env, **axis_env}
+    edits = {k: PathEdit(k, before, after) for k, (before, after) in spec.server.path_edits().items()}
+    env = {**(defaults(ctx) if defaults else {}), **spec.server.env, **edits, **axis_env}
     return Launch(engine.command(ctx), env, port)
 
 
@@ -313,9 +314,13 @@ class TrialRunner:
         return True, ""
 
     def _client_host(self) -> str:
+        """Where the HTTP client connects: a remote host decides from what the server binds
+        (its loopback through a tunnel, 0.0.0.0 at the host's address); here, the bind itself."""
         h = self.spec.server.host
-        remote = getattr(self.host, "client_address", None)
-        return remote or ("127.0.0.1" if h in ("0.0.0.0", "::", "") else h)
+        pick = getattr(self.host, "client_host", None)
+        if pick is not None:
+            return pick(h)
+        return "127.0.0.1" if h in ("0.0.0.0", "::", "") else h
 
 
 def _crashed(rec: TrialRecord, diag: Diagnosis, ready: ReadyOutcome, detail: str, *, extra_evidence: list[str] | tuple = (),

@@ -191,3 +191,50 @@ class HelpValidated:
 
     def validate_value(self, flag: str, value: str) -> None:
         check_value(self.known_flags(), flag, value, self.program, self.allow_abbrev)
+
+
+# -- --help captured where the server runs ---------------------------------------------------
+_SENTINEL = "\x00bakeoff-model\x00"
+
+
+def program_of(engine) -> list[str]:
+    """The argv prefix that names the server program (``[python, -m, sglang.launch_server]``,
+    ``[llama-server]``, ``[vllm, serve]``): the engine's own command up to its model argument."""
+    from bakeoff.run.engines.base import LaunchContext
+
+    argv = engine.command(LaunchContext(model=_SENTINEL, host="127.0.0.1", port=1, args=[], axis_args=[]))
+    i = argv.index(_SENTINEL)
+    return argv[: i - 1] if i > 0 and argv[i - 1].startswith("-") and i - 1 > 0 else argv[:i]
+
+
+def version_argv(program: list[str]) -> list[str]:
+    """A command printing the installed version: the package's for ``python -m pkg.mod``,
+    else ``PROGRAM --version``."""
+    if len(program) >= 3 and program[1] == "-m":
+        dist = program[2].split(".")[0]
+        return [program[0], "-c", "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))", dist]
+    return [program[0], "--version"]
+
+
+def capture_on_host(engine, run, cache_dir: Path, host_name: str) -> Path:
+    """The engine's ``--help`` as printed on the host that runs the servers, saved once per
+    (host, program, version) in ``cache_dir`` and reused. ``run(argv) -> (exit status, output)``
+    runs a command on that host. SpecError naming the host when the help cannot be read there."""
+    import hashlib
+
+    program = program_of(engine)
+    _, version = run(version_argv(program))
+    version = version.strip().splitlines()[-1][:200] if version.strip() else "unknown"
+    key = hashlib.sha256(repr((host_name, program, version)).encode()).hexdigest()[:16]
+    path = Path(cache_dir) / f"{engine.kind}-{key}.help.txt"
+    if path.is_file():
+        return path
+    argv = [*program, "--help"]
+    rc, text = run(argv)
+    if len([f for f in parse_help(text) if f.startswith("--")]) < 3:
+        last = (text.strip().splitlines() or [f"exit status {rc}"])[-1][:300]
+        raise SpecError(f"{' '.join(argv)} printed no usable help on {host_name} (exit {rc}: {last}); "
+                        "is the engine installed there (engine_options.python / binary)?")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"# captured: {' '.join(argv)} on {host_name} (version: {version})\n\n{text}", encoding="utf-8")
+    return path

@@ -28,6 +28,7 @@ from bakeoff.run.engines.base import Engine, LaunchContext, Phase, register
 from bakeoff.run.engines.helptext import HelpValidated
 
 HEALTH_GENERATE_PATH = "/health_generate"
+DEFAULT_PORT = 30000  # ServerArgs.port in sglang/srt/server_args.py
 
 
 @register
@@ -53,8 +54,9 @@ class SGLang(HelpValidated, Engine):
         self.help_text = help_text
 
     def command(self, ctx: LaunchContext) -> list[str]:
-        argv = [self.python, "-m", "sglang.launch_server", "--model-path", ctx.model,
-                "--host", ctx.host, "--port", str(ctx.port)]
+        argv = [self.python, "-m", "sglang.launch_server", "--model-path", ctx.model, "--host", ctx.host]
+        if ctx.port != DEFAULT_PORT:  # SGLang's own default needs no flag (the seed's command has none)
+            argv += ["--port", str(ctx.port)]
         if ctx.served_model_name:
             argv += ["--served-model-name", ctx.served_model_name]
         return argv + [str(a) for a in ctx.args] + [str(a) for a in ctx.axis_args]

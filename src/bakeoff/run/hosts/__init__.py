@@ -1,14 +1,18 @@
 """Where a trial's server process runs: ``local`` (this machine) or ``ssh`` (a remote host).
 
 ``base.py`` is the contract; each kind is one module; :func:`get_host` picks one by ``kind``.
+``command_line`` renders what a host would run, for ``bakeoff plan``.
 """
 
 from __future__ import annotations
 
-from bakeoff.errors import SpecError
-from bakeoff.run.hosts.base import Handle, Host
+import shlex
 
-__all__ = ["Handle", "Host", "get_host"]
+from bakeoff.errors import SpecError
+from bakeoff.redact import MASK, is_secret, redact_text
+from bakeoff.run.hosts.base import Handle, Host, PathEdit
+
+__all__ = ["Handle", "Host", "get_host", "command_line"]
 
 
 def get_host(options: dict) -> Host:
@@ -28,3 +32,16 @@ def get_host(options: dict) -> Host:
         except TypeError as err:
             raise SpecError(f"host: {err}") from None
     raise SpecError(f"host.kind: unknown host kind {kind!r}; valid: local, ssh")
+
+
+def command_line(options: dict, argv: list[str], env: dict[str, str], log_name: str, sweep: str) -> str:
+    """The command a person would type to start this server on the spec's host, secrets masked:
+    ``K=V ... ARGV`` here; ``ssh DEST 'export K=V && ... && setsid nohup ARGV > LOG 2>&1 < /dev/null &'``
+    for an SSH host. Each argv element is one quoted word."""
+    shown = {k: (v if isinstance(v, PathEdit) else MASK if is_secret(k) and v else v) for k, v in env.items()}
+    if options.get("kind", "local") == "ssh":
+        from bakeoff.run.hosts.ssh import plan_command
+
+        return redact_text(plan_command(options, list(argv), shown, log_name, sweep))
+    words = [f"{k}={v.shell() if isinstance(v, PathEdit) else shlex.quote(v)}" for k, v in shown.items()]
+    return redact_text(" ".join([*words, shlex.join(argv)]))

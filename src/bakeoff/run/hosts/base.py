@@ -10,6 +10,44 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+class PathEdit(str):
+    """An env value that adds elements to the host's own value of a PATH-like variable
+    (spec ``server.env_prepend`` / ``env_append``). As text it reads as a shell would write it,
+    ``/usr/local/cuda-13.0/bin:$PATH``; each host applies it to the value where the server runs
+    (``apply`` on this machine, ``shell`` in the remote command)."""
+
+    name: str
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+
+    def __new__(cls, name: str, before=(), after=()) -> "PathEdit":
+        obj = super().__new__(cls, ":".join([*before, f"${name}", *after]))
+        obj.name, obj.before, obj.after = name, tuple(before), tuple(after)
+        return obj
+
+    def __reduce__(self):
+        return (PathEdit, (self.name, self.before, self.after))
+
+    def apply(self, current: str | None) -> str:
+        """The value on a host whose own value is ``current`` (absent/empty: the elements only)."""
+        return ":".join([*self.before, *([current] if current else []), *self.after])
+
+    def shell(self) -> str:
+        """One shell word: ``"/a:/b:$PATH"``, each element escaped for double quotes."""
+        def dq(text: str) -> str:
+            return "".join("\\" + c if c in '\\"$`' else c for c in text)
+
+        return '"' + ":".join([*map(dq, self.before), "$" + self.name, *map(dq, self.after)]) + '"'
+
+
+def host_env(env: dict[str, str], current: dict[str, str]) -> dict[str, str]:
+    """``env`` applied on top of a host's ``current`` environment (PathEdit values added to it)."""
+    out = dict(current)
+    for k, v in env.items():
+        out[k] = v.apply(current.get(k)) if isinstance(v, PathEdit) else v
+    return out
+
+
 @dataclass
 class Handle:
     """A started server. ``pid``/``pgid`` are recorded in the store before we wait on it."""

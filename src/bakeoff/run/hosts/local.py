@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 
 from bakeoff.errors import LaunchError
-from bakeoff.run.hosts.base import Handle, Host
+from bakeoff.run.hosts.base import Handle, Host, host_env
 from bakeoff.run.hosts.logcap import CappedLogWriter
 
 TAG_ENV = "BAKEOFF_TRIAL_LOG"  # set in every server's env: finds orphans the store missed
@@ -44,7 +44,7 @@ class LocalHost(Host):
             raise LaunchError(f"argv must be a non-empty list of strings, got {argv!r}")
         log_path = Path(log_path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        full_env = {**os.environ, **env, TAG_ENV: str(log_path.resolve())}
+        full_env = {**host_env(env, dict(os.environ)), TAG_ENV: str(log_path.resolve())}
         writer = CappedLogWriter(log_path, self.max_log_bytes)
         try:
             proc = subprocess.Popen(

@@ -11,8 +11,17 @@ local log file (size-capped, redacted). The remote side needs only POSIX ``sh``,
 ``nohup``, ``tail``/``head`` and Linux ``/proc``; ``nvidia-smi`` is used when present.
 
 Connections share one OpenSSH ControlMaster, so the per-call cost is a round trip, not a
-handshake. ``tunnel = true`` opens ``ssh -N -L`` per server for a remote behind NAT; the
-local HTTP client then talks to ``tunnel_bind`` on the same port number.
+handshake.
+
+Reachability is decided from what the server binds (``reach``), before any launch: a server
+bound to the remote's loopback (127.0.0.1, localhost, ::1) is reached through ``ssh -N -L``
+opened per server (the local HTTP client talks to ``tunnel_bind`` on the same port number); one
+bound to 0.0.0.0 is reached directly at ``client_address`` (default: ``address``). A combination
+that cannot work (loopback with ``tunnel = false``; a specific other address with
+``tunnel = true``) is a SpecError, not a 900 s hang.
+
+``remote_command`` renders the line the remote shell runs (exports, ``setsid nohup``, the log
+redirection) for ``bakeoff plan``; ``launch_script`` runs the same pieces.
 """
 
 from __future__ import annotations
@@ -35,7 +44,7 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from bakeoff.errors import InfraError, LaunchError, SpecError
-from bakeoff.run.hosts.base import Handle, Host
+from bakeoff.run.hosts.base import Handle, Host, PathEdit
 from bakeoff.run.hosts.logcap import CappedLogWriter
 from bakeoff.redact import redact_text, remember
 
@@ -105,8 +114,10 @@ class SSHOptions(BaseModel):
                                                            "they come first, so they win over bakeoff's defaults")
     remote_dir: str = Field(default="~/.bakeoff", description="logs go to <remote_dir>/<sweep dir name>/logs/")
     connect_timeout: float = Field(default=10, gt=0)
-    client_address: str | None = Field(default=None, description="what the local HTTP client connects to; default address")
-    tunnel: bool = Field(default=False, description="forward each server's port over ssh -L (remote behind NAT)")
+    client_address: str | None = Field(default=None, description="what the local HTTP client connects to for a server "
+                                                                 "bound to 0.0.0.0; default address")
+    tunnel: bool | None = Field(default=None, description="forward each server's port over ssh -L; unset: exactly when "
+                                                         "the server binds the remote's loopback")
     tunnel_bind: str = "127.0.0.1"
     control_persist_s: int = Field(default=60, ge=0, description="0 disables the shared ControlMaster connection")
     max_log_bytes: int = Field(default=20_000_000, gt=1000)
@@ -126,13 +137,45 @@ class _LogMirror:
     freed: int = 0  # the remote log's first bytes handed back to the file system
 
 
-def launch_script(argv: list[str], env: dict[str, str], log: str, cwd: str) -> str:
-    """The ``sh`` script that starts ``argv`` detached on the remote and prints "PGID PID"."""
+def _check(argv: list[str], env: dict[str, str]) -> None:
     if not argv or not all(isinstance(a, str) for a in argv):
         raise LaunchError(f"argv must be a non-empty list of strings, got {argv!r}")
     bad = [k for k in env if not ENV_NAME.match(k)]
     if bad:
         raise LaunchError(f"env name {bad[0]!r} is not a valid shell variable name")
+
+
+def exports(env: dict[str, str]) -> list[str]:
+    """``export K=V`` per variable, V one quoted word (a PathEdit: ``"/a:/b:$PATH"``)."""
+    return [f"export {k}={v.shell() if isinstance(v, PathEdit) else shlex.quote(v)}" for k, v in env.items()]
+
+
+def detached(argv: list[str], log: str, wrapper: tuple[str, str] | None = None) -> str:
+    """``setsid nohup ARGV > LOG 2>&1 < /dev/null &``, each argv element one quoted word;
+    ``wrapper`` = (rc file, pid file) puts bakeoff's status-recording ``sh`` in front."""
+    q = shlex.quote
+    lead = f"sh -c {q(WRAPPER)} bakeoff-run {q(wrapper[0])} {q(wrapper[1])} " if wrapper else ""
+    return f"setsid nohup {lead}{' '.join(q(a) for a in argv)} > {_path_word(log)} 2>&1 < /dev/null &"
+
+
+def remote_command(argv: list[str], env: dict[str, str], log: str) -> str:
+    """The line the remote shell runs to start the server, as an engineer would type it after
+    ``ssh host``: the exports, then the detached server (what ``launch_script`` runs, without
+    the mkdir/cd before it and the status-recording wrapper)."""
+    _check(argv, env)
+    return " && ".join([*exports(env), detached(argv, log)])
+
+
+def _path_word(path: str) -> str:
+    """A remote path as one shell word; a leading ``~/`` becomes ``"$HOME"/``."""
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
+
+
+def launch_script(argv: list[str], env: dict[str, str], log: str, cwd: str) -> str:
+    """The ``sh`` script that starts ``argv`` detached on the remote and prints "PGID PID"."""
+    _check(argv, env)
     q = shlex.quote
     rc, pidf = log + ".rc", log + ".pid"
     lines = [
@@ -140,14 +183,72 @@ def launch_script(argv: list[str], env: dict[str, str], log: str, cwd: str) -> s
         f"mkdir -p {q(str(PurePosixPath(log).parent))} || exit 97",
         f"rm -f {q(rc)} {q(pidf)}",
         f"cd {q(cwd)} || exit 98",
-        *(f"export {k}={q(v)}" for k, v in env.items()),
-        f"setsid nohup sh -c {q(WRAPPER)} bakeoff-run {q(rc)} {q(pidf)} {' '.join(q(a) for a in argv)}"
-        f" > {q(log)} 2>&1 < /dev/null &",
+        *exports(env),
+        detached(argv, log, (rc, pidf)),
         "i=0",
         f'while [ ! -s {q(pidf)} ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done',
         f"cat {q(pidf)} || exit 99",
     ]
     return "\n".join(lines) + "\n"
+
+
+LOOPBACK = ("localhost", "::1")
+WILDCARD = ("0.0.0.0", "::", "")
+
+
+def is_loopback(bind: str) -> bool:
+    return bind in LOOPBACK or bind.startswith("127.")
+
+
+def reach(opts: SSHOptions, bind: str) -> tuple[bool, str]:
+    """(tunnel?, the address the local client connects to) for a server binding ``bind`` on
+    the remote. SpecError for a combination nothing here could reach."""
+    if is_loopback(bind):
+        if opts.tunnel is False:
+            raise SpecError(f"server.host = {bind!r} binds the remote's loopback, which nothing here can reach with "
+                            "host.tunnel = false; leave host.tunnel unset (bakeoff then tunnels) or bind '0.0.0.0'")
+        if opts.client_address:
+            raise SpecError(f"host.client_address = {opts.client_address!r} cannot reach a server bound to {bind!r} on "
+                            "the remote (its loopback); drop client_address (bakeoff tunnels) or bind '0.0.0.0'")
+        return True, opts.tunnel_bind
+    if opts.tunnel:
+        if bind not in WILDCARD:
+            raise SpecError(f"server.host = {bind!r} with host.tunnel = true: the tunnel forwards to the remote's "
+                            "127.0.0.1, where this server does not listen; bind '127.0.0.1' (tunnelled) or '0.0.0.0' (direct)")
+        return True, opts.tunnel_bind
+    if bind in WILDCARD:
+        return False, opts.client_address or opts.address
+    return False, opts.client_address or bind
+
+
+def _tunnel_target(bind: str | None) -> str:
+    """Where on the remote the tunnel delivers: the loopback address the server binds (``::1``
+    in ssh's bracket form), else 127.0.0.1 (a server bound to every address listens there too)."""
+    if bind is None or not is_loopback(bind):
+        return "127.0.0.1"
+    return "[::1]" if bind == "::1" else bind
+
+
+def check_options(options: dict, bind: str) -> SSHOptions:
+    """The ``[host]`` table validated, and reachable for a server binding ``bind`` (SpecError)."""
+    try:
+        opts = SSHOptions(**{k: v for k, v in options.items() if k != "kind"})
+    except ValidationError as err:
+        e = err.errors()[0]
+        where = ".".join(str(p) for p in e["loc"])
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        raise SpecError(f"host.{where}: {msg}") from None
+    reach(opts, bind)
+    return opts
+
+
+def plan_command(options: dict, argv: list[str], env: dict[str, str], log_name: str, sweep: str) -> str:
+    """``ssh [opts] DEST 'REMOTE COMMAND'`` as ``bakeoff plan`` prints it (secrets masked by the caller)."""
+    opts = SSHOptions(**{k: v for k, v in options.items() if k != "kind"})
+    dest = f"{opts.user}@{opts.address}" if opts.user else opts.address
+    log = str(PurePosixPath(opts.remote_dir) / sweep / "logs" / log_name)
+    lead = ["ssh"] + (["-p", str(opts.port)] if opts.port != 22 else [])
+    return shlex.join([*lead, dest]) + " " + shlex.quote(remote_command(argv, env, log))
 
 
 def exit_status(rc: int) -> int:
@@ -167,6 +268,7 @@ class SSHHost(Host):
             msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
             raise SpecError(f"host.{where}: {msg}") from None
         o = self.opts
+        self.describe = f"ssh host {o.user + '@' if o.user else ''}{o.address}"
         self.address = o.address
         self.client_address = o.tunnel_bind if o.tunnel else (o.client_address or o.address)
         self.dest = f"{o.user}@{o.address}" if o.user else o.address
@@ -254,9 +356,25 @@ class SSHHost(Host):
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._logs[pid] = _LogMirror(CappedLogWriter(log_path, self.opts.max_log_bytes))
         handle = SSHHandle(pid=pid, pgid=pgid, log_path=log_path, host=self.address, remote_log=remote_log)
-        if self.opts.tunnel:
-            handle.tunnel = self._open_tunnel(_port_of(argv))
+        bind = _flag_value(argv, "--host")
+        if (bind is not None and reach(self.opts, bind)[0]) or (bind is None and self.opts.tunnel):
+            handle.tunnel = self._open_tunnel(_port_of(argv), _tunnel_target(bind))
         return handle
+
+    def client_host(self, bind: str) -> str:
+        """Where the local HTTP client connects to a server that binds ``bind`` on the remote."""
+        return reach(self.opts, bind)[1]
+
+    def path_exists(self, path: str) -> bool:
+        """Whether ``path`` exists on the remote (``~/`` is the remote user's home)."""
+        return self.run_script(f"[ -e {_path_word(path)} ] && echo yes || echo no\n", 30).strip() == "yes"
+
+    def run_argv(self, argv: list[str], timeout_s: float = 120.0, stdin: bytes = b"") -> tuple[int, str]:
+        """Run ``argv`` on the remote (each element one quoted word); (exit status, stdout+stderr)."""
+        script = " ".join(shlex.quote(a) for a in argv) + " 2>&1 < /dev/null; echo \"bakeoff-rc=$?\"\n"
+        out = self.run_script(script, timeout_s)
+        body, _, rc = out.rstrip().rpartition("bakeoff-rc=")
+        return (int(rc) if rc.strip().isdigit() else 255), body
 
     def exit_code(self, handle: Handle) -> int | None:
         rc = shlex.quote(_remote_log(handle) + ".rc")
@@ -264,6 +382,9 @@ class SSHHost(Host):
             f'if [ -s {rc} ]; then cat {rc}; elif alive {handle.pid}; then echo running; '
             f'else sleep 0.3; if [ -s {rc} ]; then cat {rc}; else echo gone; fi; fi\n', 30).strip()
         if out == "running":
+            tunnel = getattr(handle, "tunnel", None)
+            if tunnel is not None and tunnel.poll() is not None:  # the server is fine; the way to it is not
+                raise InfraError(f"ssh tunnel to {self.dest} closed (exit {tunnel.returncode}) while the server runs")
             return None
         if out.lstrip("-").isdigit():
             return exit_status(int(out))
@@ -310,7 +431,7 @@ class SSHHost(Host):
         busy = self._listening()
         for _ in range(200):
             port = random.randint(20000, 59999)
-            if port not in busy and (not self.opts.tunnel or _local_free(self.opts.tunnel_bind, port)):
+            if port not in busy and (self.opts.tunnel is False or _local_free(self.opts.tunnel_bind, port)):
                 return port
         raise InfraError(f"ssh {self.dest}: no free port found")
 
@@ -394,10 +515,10 @@ class SSHHost(Host):
         out = self.run_script(LISTENING + "\n", 30)
         return {int(h, 16) for h in out.split() if re.fullmatch(r"[0-9A-Fa-f]{4}", h)}
 
-    def _open_tunnel(self, port: int) -> subprocess.Popen:
+    def _open_tunnel(self, port: int, target: str = "127.0.0.1") -> subprocess.Popen:
         o = self.opts
         argv = [*self.ssh_argv(control=False)[:-1], "-N", "-o", "ExitOnForwardFailure=yes",
-                "-L", f"{o.tunnel_bind}:{port}:127.0.0.1:{port}", self.dest]
+                "-L", f"{o.tunnel_bind}:{port}:{target}:{port}", self.dest]
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 preexec_fn=_die_with_parent)
         deadline = time.monotonic() + o.connect_timeout + 5
@@ -417,13 +538,28 @@ def _remote_log(handle: Handle) -> str:
     return remote
 
 
-def _port_of(argv: list[str]) -> int:
+def _flag_value(argv: list[str], flag: str) -> str | None:
+    """The value given to ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``; the last one wins)."""
+    found = None
     for i, a in enumerate(argv):
-        if a == "--port" and i + 1 < len(argv) and argv[i + 1].isdigit():
-            return int(argv[i + 1])
-        if a.startswith("--port=") and a[7:].isdigit():
-            return int(a[7:])
-    raise LaunchError("host.tunnel: cannot find the server's --port in its argv")
+        if a == flag and i + 1 < len(argv):
+            found = argv[i + 1]
+        elif a.startswith(flag + "="):
+            found = a[len(flag) + 1:]
+    return found
+
+
+# servers whose argv may leave --port out when it is their default (SGLang's ServerArgs.port)
+DEFAULT_PORTS = {"sglang.launch_server": 30000}
+
+
+def _port_of(argv: list[str]) -> int:
+    port = _flag_value(argv, "--port")
+    if port is None:
+        port = next((str(p) for prog, p in DEFAULT_PORTS.items() if prog in argv), None)
+    if port is None or not port.isdigit():
+        raise LaunchError("host.tunnel: cannot find the server's --port in its argv")
+    return int(port)
 
 
 def _local_free(bind: str, port: int) -> bool:
