@@ -262,6 +262,7 @@ class Plan(_Strict):
     max_trials: int | None = Field(default=None, gt=0, description="launches at most, the baseline included")
     max_hours: float | None = Field(default=None, gt=0, description="no new launch after this many hours")
     patience: int | None = Field(default=None, gt=0, description="adaptive strategies: stop after this many trials without improvement")
+    seed: int = Field(default=0, ge=0, description="adaptive strategies (optuna): the sampler's seed, for a reproducible search")
 
     @field_validator("strategy")
     @classmethod

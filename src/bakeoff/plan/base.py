@@ -38,6 +38,11 @@ class Strategy(ABC):
         ``history`` holds the finished trials of this spec, the baseline first. An empty list
         with nothing running ends the search."""
 
+    def learned(self) -> dict[frozenset, str]:
+        """Combinations found to fail together (sets of (axis, rendered value)) -> why, for the
+        pipeline's known-bad gate; read after each ``ask``."""
+        return {}
+
 
 _REGISTRY: dict[str, Callable[["Spec"], Strategy]] = {}
 
@@ -72,7 +77,7 @@ def _load_all() -> None:
     import bakeoff.plan as pkg
 
     for mod in pkgutil.iter_modules(pkg.__path__):
-        if mod.name not in ("base", "prune"):
+        if mod.name not in ("base", "prune", "space", "replay"):
             importlib.import_module(f"bakeoff.plan.{mod.name}")
 
 
