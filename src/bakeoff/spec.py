@@ -336,9 +336,12 @@ class Spec(_Strict):
                     raise ValueError(f"baseline.{a.name}: a numeric axis needs a baseline value inside its range {a.range}")
                 b = self.baseline[a.name]
                 if not in_range(a, b):
-                    what = "an integer " if a.is_int else ""
-                    on_step = f" on step {a.step}" if a.step is not None else ""
-                    raise ValueError(f"baseline.{a.name}: {b!r} is not {what}inside range {a.range}{on_step}")
+                    lo, hi = a.range
+                    why = ("not a number" if isinstance(b, bool) or not isinstance(b, (int, float))
+                           else f"outside range {a.range}" if not lo <= b <= hi
+                           else "not an integer (the range's bounds are)" if a.is_int and b != int(b)
+                           else f"not on step {a.step} from {lo}")
+                    raise ValueError(f"baseline.{a.name}: {b!r} is {why}")
                 if not a.values:
                     a = a.model_copy(update={"values": numeric_points(a, b)})
                 elif render(b) not in {render(v) for v in a.values}:

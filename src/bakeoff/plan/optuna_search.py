@@ -113,6 +113,9 @@ class OptunaSearch(Strategy):
         return math.log(min(figs)) - 1.0 if figs else 0.0
 
     def ask(self, history, running, n):
+        # a batch is at most the sampler's random start: past it, each proposal should learn from
+        # results (and `bakeoff plan`, which asks for everything at once, shows that first round)
+        n = min(n, max(3, len(self.spec.axes)))
         if self._out_of_patience(history):
             return []
         study, dists = self.study(history, running)
