@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
+from bakeoff.report import curves
 from bakeoff.plan import Planned
 from bakeoff.store import Store, TrialRecord
 
@@ -88,6 +89,7 @@ def render(store: Store) -> str:
         if known:
             lines += ["", "Pruned by `--known-bad` compatibility matrices (found broken on a matching environment):", ""]
             lines += [f"- trial {t.idx} ({label(t)}): {t.detail}" for t in known]
+    lines += ["", *curves.search_lines(spec, trials, store.meta("stop_reason")), *curves.markdown_table(spec, trials)]
     pending = [t for t in trials if not t.is_finished()]
     if pending:
         lines += ["", "## Not finished", ""]
