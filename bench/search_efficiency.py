@@ -154,7 +154,7 @@ def best(ts):
 def summarize(out: Path, names: list[str]) -> dict:
     from bakeoff.plan import space
 
-    sweeps = {n: trials(out, n)[0] for n in ["grid", *names] if (out / n / "sweep" / "bakeoff.sqlite").exists()}
+    sweeps = {n: trials(out, n)[0] for n in ["grid", *STRATEGIES] if (out / n / "sweep" / "bakeoff.sqlite").exists()}
     grid = sweeps["grid"]
     gbest = best(grid)
     sd, dof = pooled_log_sd(sweeps)

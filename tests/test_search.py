@@ -238,3 +238,23 @@ def test_unexplored_sentence_counts_grid_cells():
     assert f"{48 - r.launches} grid configuration(s) never ran" in line
     b = replay(mk("bisect"), truth)
     assert "7 skipped as known-bad; no grid configuration was left unexplored" in space.unexplored(mk("bisect"), b.history)
+
+
+# -- the report: numeric axis as a curve, why the search stopped -----------------------------------
+def test_report_numeric_curve_table_and_plot():
+    from bakeoff.report import curves, html
+
+    s = mk("tiered")
+    r = replay(s, truth)
+    spec = s.model_dump(mode="json")
+    table = curves.markdown_table(spec, r.history)
+    assert table[1] == "### Numeric axis `ub`"
+    rows = {ln.split("|")[1].strip(): ln for ln in table if ln.startswith("| ") and ln[2].isdigit()}
+    assert set(rows) >= {"32", "81", "203", "512"}
+    assert rows["512"].split("|")[2].strip() == f"{30.0:.1f}"  # the baseline's figure, others at baseline
+    assert rows["81"].split("|")[2].strip() == f"{27.0:.1f}"
+    svg = html.numeric_curve_plot(spec, r.history)
+    assert 'id="numeric-curves"' in svg and "<svg" in svg
+    assert html.numeric_curve_plot(mk("grid").model_dump(mode="json") | {"axes": []}, r.history) == ""
+    lines = curves.search_lines(spec, r.history, r.why_done)
+    assert lines[0].startswith("Search stopped: tiered: the neighbourhood") and lines[1].startswith("Explored: ")
