@@ -258,3 +258,15 @@ def test_report_numeric_curve_table_and_plot():
     assert html.numeric_curve_plot(mk("grid").model_dump(mode="json") | {"axes": []}, r.history) == ""
     lines = curves.search_lines(spec, r.history, r.why_done)
     assert lines[0].startswith("Search stopped: tiered: the neighbourhood") and lines[1].startswith("Explored: ")
+
+
+@pytest.mark.parametrize("example, first_round", [("tiered", 1 + 6), ("optuna", 1 + 4), ("bisect", 36)])
+def test_bakeoff_plan_prints_an_adaptive_first_round(example, first_round):
+    from typer.testing import CliRunner
+
+    from bakeoff.cli import app
+
+    res = CliRunner().invoke(app, ["plan", f"examples/smollm2-{example}.toml"])
+    assert res.exit_code == 0, res.output
+    assert res.output.count("# trial ") == first_round
+    assert "is adaptive: this is its first round; later rounds depend on results" in " ".join(res.output.split())

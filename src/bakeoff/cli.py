@@ -139,6 +139,11 @@ def plan(spec_path: Path = typer.Argument(..., metavar="SPEC"),
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in t["env"].items())
         out.print(f"# trial {t['idx']}: {t['label']}", markup=False, highlight=False)
         out.print((env + " " if env else "") + shlex.join(t["argv"]), markup=False, highlight=False, soft_wrap=True)
+    from bakeoff.plan.base import make_strategy
+
+    if make_strategy(specmod.load(spec_path)).adaptive:
+        out.print(f"# strategy {specmod.load(spec_path).plan.strategy!r} is adaptive: this is its first round; "
+                  "later rounds depend on results", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -28,6 +28,7 @@ class Strategy(ABC):
 
     name: str = "?"
     why_done: str = ""
+    adaptive: bool = False  # proposals depend on results: `bakeoff plan` shows the first round only
 
     def __init__(self, spec: "Spec") -> None:
         self.spec = spec

@@ -21,6 +21,8 @@ from bakeoff.plan.base import Strategy, register, untried
 
 @register("bisect")
 class Bisect(Strategy):
+    adaptive = True
+
     def __init__(self, spec) -> None:
         super().__init__(spec)
         self._found: dict[frozenset, str] = {}

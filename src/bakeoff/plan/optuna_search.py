@@ -39,6 +39,8 @@ def _constraints(trial) -> list[float]:
 
 @register("optuna")
 class OptunaSearch(Strategy):
+    adaptive = True
+
     def distributions(self) -> dict:
         from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 

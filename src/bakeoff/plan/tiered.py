@@ -27,6 +27,8 @@ from bakeoff.spec import render
 
 @register("tiered")
 class Tiered(Strategy):
+    adaptive = True
+
     def ask(self, history, running, n):
         spec = self.spec
         base = space.baseline_of(spec, history)
