@@ -35,7 +35,7 @@ CASES = [
     ("unknown_engine", GOOD.replace('engine = "llamacpp"', 'engine = "llamacp"'), "engine: unknown engine 'llamacp' (did you mean llamacpp?)"),
     ("missing_model_file", GOOD.replace(MODEL, "/nonexistent/model.gguf"), "model.path: '/nonexistent/model.gguf' does not exist"),
     ("missing_model_package_file", GOOD.replace("Q4_1", "Q9_9"), "model.path:"),
-    ("axis_no_values", GOOD.replace('values = ["off", "on"]', "values = []").replace('flash_attn = "off"', ""), "axes.0.values"),
+    ("axis_no_values", GOOD.replace('values = ["off", "on"]', "values = []").replace('flash_attn = "off"', ""), "axes.0: axis 'flash_attn': give 'values = [...]' or a numeric 'range = [low, high]'"),
     ("duplicate_axis", GOOD + AXIS, "axes: duplicate axis name 'flash_attn'"),
     ("baseline_not_an_axis", GOOD + 'flash_atn = "on"\n', "baseline.flash_atn: not an axis (did you mean flash_attn?)"),
     ("baseline_value_not_in_axis", GOOD.replace('flash_attn = "off"', 'flash_attn = "auto"'), "baseline.flash_attn: 'auto' is not one of the axis values"),

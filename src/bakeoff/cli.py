@@ -149,6 +149,11 @@ def plan(spec_path: Path = typer.Argument(..., metavar="SPEC"),
     for t in trials:
         out.print(f"# trial {t['idx']}: {t['label']}", markup=False, highlight=False)
         out.print(t["command"], markup=False, highlight=False, soft_wrap=True)
+    from bakeoff.plan.base import make_strategy
+
+    if make_strategy(spec).adaptive:
+        out.print(f"# strategy {spec.plan.strategy!r} is adaptive: this is its first round; "
+                  "later rounds depend on results", markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -251,6 +251,8 @@ def _loop(sw: Sweep) -> str:
                            "and `bakeoff run` again resumes")
             break
         proposals = _propose(sw, strategy, running)
+        for pairs, why in strategy.learned().items():  # combinations a strategy found to fail together (bisect)
+            sw.gate.add(pairs, why, "incompatible")
         for cfg in proposals:
             _dispatch(sw, cfg, running)
         if not running:

@@ -35,8 +35,36 @@ class Axis(_Strict):
     flag: str | None = None
     env: str | None = None
     model: bool = False
-    values: list[Value] = Field(min_length=1)
+    values: list[Value] = []
+    range: list[Union[int, float]] | None = Field(default=None, description="numeric axis: [low, high], ints when both are ints")
+    step: Union[int, float] | None = Field(default=None, description="numeric axis: the grid of the range (low + k*step)")
+    log: bool = Field(default=False, description="numeric axis: sample (and space the points) on a log scale")
+    points: int | None = Field(default=None, ge=2, le=50, description="numeric axis: how many points the fixed strategies "
+                               "see (default: the bounds, their midpoint and the baseline)")
     why: str = ""
+
+    @property
+    def numeric(self) -> bool:
+        return self.range is not None
+
+    @property
+    def is_int(self) -> bool:
+        """A numeric axis of integers: both bounds are ints (and the step, when given)."""
+        return self.numeric and all(isinstance(x, int) and not isinstance(x, bool) for x in (*self.range, self.step or 1))
+
+    @model_validator(mode="after")
+    def _numeric(self) -> "Axis":
+        if not self.numeric:
+            if self.step is not None or self.log or self.points is not None:
+                raise ValueError(f"axis {self.name!r}: 'step', 'log' and 'points' need 'range = [low, high]'")
+            if not self.values:
+                raise ValueError(f"axis {self.name!r}: give 'values = [...]' or a numeric 'range = [low, high]'")
+            return self
+        _check_range(self)
+        for v in self.values:
+            if not in_range(self, v):
+                raise ValueError(f"axis {self.name!r}: value {v!r} is outside range {self.range}")
+        return self
 
     @model_validator(mode="after")
     def _one_target(self) -> "Axis":
@@ -63,6 +91,69 @@ class Axis(_Strict):
         if value is False:
             return []
         return [self.flag, render(value)]
+
+
+def _check_range(axis: "Axis") -> None:
+    """A numeric axis's range, step and log, or one ValueError naming the axis and what is valid."""
+    name, rng = axis.name, axis.range
+    if axis.model:
+        raise ValueError(f"axis {name!r}: a model axis cannot be numeric")
+    if len(rng) != 2 or any(isinstance(x, bool) for x in rng):
+        raise ValueError(f"axis {name!r}: range must be two numbers [low, high], got {rng}")
+    lo, hi = rng
+    if not lo < hi:
+        raise ValueError(f"axis {name!r}: range [{lo}, {hi}] must have low < high")
+    if axis.step is not None:
+        if isinstance(axis.step, bool) or not axis.step > 0:
+            raise ValueError(f"axis {name!r}: step must be > 0, got {axis.step!r}")
+        if axis.log:
+            raise ValueError(f"axis {name!r}: give either 'step' or 'log = true', not both (a log scale has no fixed step)")
+        k = (hi - lo) / axis.step
+        if abs(k - round(k)) > 1e-9 * max(1.0, abs(k)):
+            raise ValueError(f"axis {name!r}: step {axis.step} does not fit range [{lo}, {hi}] "
+                             f"(high - low must be a whole number of steps)")
+    if axis.log and not lo > 0:
+        raise ValueError(f"axis {name!r}: log = true needs positive bounds, got [{lo}, {hi}]")
+
+
+def in_range(axis: "Axis", value: Value) -> bool:
+    """``value`` is a number inside the axis's range, on its step, and an int on an int axis."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    lo, hi = axis.range
+    if not lo <= value <= hi:
+        return False
+    if axis.is_int and value != int(value):
+        return False
+    if axis.step is not None:
+        k = (value - lo) / axis.step
+        return abs(k - round(k)) <= 1e-9 * max(1.0, abs(k))
+    return True
+
+
+def _snap(axis: "Axis", x: float) -> Value:
+    lo, hi = axis.range
+    if axis.step is not None:
+        x = lo + round((x - lo) / axis.step) * axis.step
+    x = min(max(x, lo), hi)
+    return int(round(x)) if axis.is_int else float(f"{x:.6g}")
+
+
+def numeric_points(axis: "Axis", baseline: Value) -> list[Value]:
+    """The few points of a numeric axis the fixed strategies (ofat, grid, tiered) see, ascending:
+    ``points`` evenly spaced (geometrically with ``log``), else the bounds and their midpoint;
+    the baseline always among them."""
+    import math
+
+    lo, hi = axis.range
+    n = axis.points or 3
+    if axis.log:
+        raw = [math.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * i / (n - 1)) for i in range(n)]
+    else:
+        raw = [lo + (hi - lo) * i / (n - 1) for i in range(n)]
+    pts = {render(_snap(axis, x)): _snap(axis, x) for x in raw}
+    pts[render(baseline)] = baseline
+    return sorted(pts.values())
 
 
 def render(value: Value) -> str:
@@ -223,6 +314,7 @@ class Plan(_Strict):
     max_trials: int | None = Field(default=None, gt=0, description="launches at most, the baseline included")
     max_hours: float | None = Field(default=None, gt=0, description="no new launch after this many hours")
     patience: int | None = Field(default=None, gt=0, description="adaptive strategies: stop after this many trials without improvement")
+    seed: int = Field(default=0, ge=0, description="adaptive strategies (optuna): the sampler's seed, for a reproducible search")
 
     @field_validator("strategy")
     @classmethod
@@ -284,6 +376,31 @@ class Spec(_Strict):
     probes: Probes = Probes()
     bench: Bench = Bench()
     preflight: Preflight = Preflight()
+
+    @model_validator(mode="after")
+    def _numeric_axes(self) -> "Spec":
+        """A numeric axis needs an explicit baseline inside its range; its ``values`` (what the
+        fixed strategies see) are derived from the range unless listed."""
+        axes = []
+        for a in self.axes:
+            if a.numeric:
+                if a.name not in self.baseline:
+                    raise ValueError(f"baseline.{a.name}: a numeric axis needs a baseline value inside its range {a.range}")
+                b = self.baseline[a.name]
+                if not in_range(a, b):
+                    lo, hi = a.range
+                    why = ("not a number" if isinstance(b, bool) or not isinstance(b, (int, float))
+                           else f"outside range {a.range}" if not lo <= b <= hi
+                           else "not an integer (the range's bounds are)" if a.is_int and b != int(b)
+                           else f"not on step {a.step} from {lo}")
+                    raise ValueError(f"baseline.{a.name}: {b!r} is {why}")
+                if not a.values:
+                    a = a.model_copy(update={"values": numeric_points(a, b)})
+                elif render(b) not in {render(v) for v in a.values}:
+                    a = a.model_copy(update={"values": sorted([*a.values, b])})
+            axes.append(a)
+        object.__setattr__(self, "axes", axes)
+        return self
 
     @model_validator(mode="after")
     def _preflight_keys(self) -> "Spec":
@@ -426,6 +543,8 @@ def _validate_against_engine(spec: Spec, source: str) -> None:
                     raise SpecError(f"{source}: axes.{axis.name}: {err}") from None
         if axis.flag is None or remote_help:
             continue
+        if axis.numeric:
+            _check_numeric_flag(engine, axis, source)
         for value in axis.values:
             if isinstance(value, bool):
                 continue
@@ -435,3 +554,20 @@ def _validate_against_engine(spec: Spec, source: str) -> None:
                 raise SpecError(f"{source}: axes.{axis.name}: {err}") from None
             except (TypeError, ValueError, OSError) as err:  # engine_options are user input too
                 raise SpecError(f"{source}: engine_options: cannot check axes.{axis.name} with these options: {err}") from None
+
+
+def _check_numeric_flag(engine, axis: Axis, source: str) -> None:
+    """Where the engine's ``--help`` declares choices for the flag, a number range cannot fit it."""
+    known = getattr(engine, "known_flags", None)
+    try:
+        flags = known() if known else {}
+    except (TypeError, ValueError, OSError):
+        return
+    if not flags:
+        return
+    from bakeoff.run.engines.helptext import resolve_flag
+
+    canon = resolve_flag(flags, axis.flag)
+    if canon is not None and flags[canon]:
+        raise SpecError(f"{source}: axes.{axis.name}: {axis.flag} takes one of {', '.join(flags[canon])} "
+                        f"(from the engine's --help), not a number range; use 'values = [...]'")

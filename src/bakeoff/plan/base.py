@@ -28,6 +28,7 @@ class Strategy(ABC):
 
     name: str = "?"
     why_done: str = ""
+    adaptive: bool = False  # proposals depend on results: `bakeoff plan` shows the first round only
 
     def __init__(self, spec: "Spec") -> None:
         self.spec = spec
@@ -37,6 +38,11 @@ class Strategy(ABC):
         """Up to ``n`` configurations to run next, none of them in ``history`` or ``running``.
         ``history`` holds the finished trials of this spec, the baseline first. An empty list
         with nothing running ends the search."""
+
+    def learned(self) -> dict[frozenset, str]:
+        """Combinations found to fail together (sets of (axis, rendered value)) -> why, for the
+        pipeline's known-bad gate; read after each ``ask``."""
+        return {}
 
 
 _REGISTRY: dict[str, Callable[["Spec"], Strategy]] = {}
@@ -72,7 +78,7 @@ def _load_all() -> None:
     import bakeoff.plan as pkg
 
     for mod in pkgutil.iter_modules(pkg.__path__):
-        if mod.name not in ("base", "prune"):
+        if mod.name not in ("base", "prune", "space", "replay"):
             importlib.import_module(f"bakeoff.plan.{mod.name}")
 
 

@@ -267,6 +267,34 @@ def perf_plot(trials: list[TrialRecord]) -> str:
     return f'<div class="figure" id="perf-plot">{_svg(fig, "perf")}</div>'
 
 
+def numeric_curve_plot(spec: dict, trials: list[TrialRecord]) -> str:
+    """Figure vs value for each numeric axis (report.curves.curve_points): a line through the
+    trials whose other axes are at the baseline, grey dots for every other correct trial, red
+    crosses at the bottom for values that failed. Empty when the spec has no numeric axis."""
+    from bakeoff.report.curves import curve_points
+
+    curves = {a: p for a, p in curve_points(spec, trials).items() if p}
+    if not curves:
+        return ""
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(curves), figsize=(5.2 * len(curves), 3.6), dpi=100, squeeze=False)
+    for ax, (axis, pts) in zip(axes[0], curves.items()):
+        others = [(v, f) for v, f, _, on, _ in pts if f is not None and not on]
+        line = sorted((v, f) for v, f, _, on, _ in pts if f is not None and on)
+        bad = [v for v, f, _, _, _ in pts if f is None]
+        if others:
+            ax.scatter(*zip(*others), color="#999", s=18, label="other axes changed")
+        if line:
+            ax.plot(*zip(*line), "-o", color="#1f77b4", label="other axes at baseline")
+        if bad:
+            ax.scatter(bad, [0] * len(bad), marker="x", color="#d62728", label="wrong / crashed")
+        ax.set_xlabel(axis)
+        ax.set_ylabel("figure (higher is better)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, frameon=False)
+    return f'<div class="figure" id="numeric-curves">{_svg(fig, "numeric")}</div>'
+
+
 def timeline_plot(trials: list[TrialRecord]) -> str:
     rows = [t for t in trials if t.phases or (t.started and t.finished and t.verdict == "crashed")]
     if not rows:
@@ -369,6 +397,7 @@ def render_html(store: Store) -> str:
         "<h2>Single changes vs the baseline</h2>", change_table(trials),
         "<h2>Throughput vs latency</h2>", perf_plot(trials),
         "<h2>Startup timelines</h2>", timeline_plot(trials),
+        (c := numeric_curve_plot(spec, trials)) and "<h2>Numeric axes</h2>" + c,
         skipped_notes(trials),
         f"<script>{JS}</script></body></html>",
     ]

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from bakeoff import decide
 from bakeoff.decide import CORRECT, command_line, label  # noqa: F401  (renderers import them from here)
+from bakeoff.report import curves
 from bakeoff.store import Store, TrialRecord
 
 MODES = {"single": "single-request", "long": "long-prompt (near the context length)", "concurrent": "concurrent-requests"}
@@ -79,6 +80,7 @@ def render(store: Store) -> str:
         if known:
             lines += ["", "Pruned by `--known-bad` compatibility matrices (found broken on a matching environment):", ""]
             lines += [f"- trial {t.idx} ({label(t)}): {t.detail}" for t in known]
+    lines += ["", *curves.search_lines(spec, trials, store.meta("stop_reason")), *curves.markdown_table(spec, trials)]
     pending = [t for t in trials if not t.is_finished()]
     if pending:
         lines += ["", "## Not finished", ""]
@@ -86,8 +88,6 @@ def render(store: Store) -> str:
     if stale:
         lines += ["", "## Stale (from an earlier spec: not ranked, not recommended)", ""]
         lines += [f"- trial {t.idx} ({label(t)}): {t.verdict or t.state}" for t in stale]
-    if decision.stop_reason:
-        lines += ["", f"Search stopped: {decision.stop_reason}."]
     return "\n".join(lines) + "\n"
 
 
