@@ -55,8 +55,9 @@ def axis_env_and_args(spec: Spec, config: dict[str, Value]) -> tuple[list[str], 
 def model_of(spec: Spec, config: dict[str, Value], default: str) -> str:
     """The model path this configuration serves: a model axis's value, else ``default``."""
     for axis in spec.axes:
-        if axis.model:
-            return Model(path=render(config[axis.name])).resolve()
+        if axis.model:  # on a remote host, `bakeoff run` checked the paths there (run/hosts/checks.py)
+            model = Model(path=render(config[axis.name]))
+            return model.resolve(exists=lambda path: True) if spec.is_remote else model.resolve()
     return default
 
 
