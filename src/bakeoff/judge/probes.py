@@ -769,7 +769,11 @@ def _check_tasks(collected, cfg, baseline, values, expect_logprobs, role):
     bright, _ = task_score(prompts, base_res.get("single", {}))
     values["task_accuracy_baseline"] = f"{bright}/{total}"
     diffs = collected.get("_diffs") or whole_diffs(collected, baseline, cfg)
-    excused = lambda mode, pid: (mode, pid) in diffs and diffs[(mode, pid)].consistent and expect_logprobs  # noqa: E731
+    def excused(mode: str, pid: str) -> bool:  # a near-tie chain shown to the end of the answer
+        d = diffs.get((mode, pid))
+        return (d is not None and d.consistent and expect_logprobs
+                and (d.reanchored > 0 or d.diverge_at is None or d.diverge_at >= len(_toks(base_res[mode][pid])) - 1))
+
     lost = [p.id for p in prompts if (p.answer or p.json) and _task_right(p, base_res.get("single", {}))
             and not _task_right(p, res.get("single", {})) and not excused("single", p.id)]
     if lost and len(lost) / max(total, 1) > cfg.max_task_drop:
@@ -822,11 +826,12 @@ def _check_concurrent(collected, cfg, baseline, values, expect_logprobs, role):
         return None
     cons = sum(d.consistent for d in diffs.values()) / len(diffs)
     values["concurrent_consistency"] = round(cons, 3)
-    bad = [f"{pid}: {d.detail}" for pid, d in diffs.items() if not d.consistent]
+    why = {pid: d.detail for pid, d in diffs.items() if not d.consistent}
     for pid in diffs:
         p = prompts.get(pid.split("#")[0])
         if p and (p.answer or p.json) and _task_right(p, res["single"]) and not _task_right(p, {p.id: res["concurrent"][pid]}):
-            bad.append(f"{pid}: the single answer is right, this copy is not: {res['concurrent'][pid].text[:80]!r}")
+            why.setdefault(pid, f"the single answer is right, this copy is not: {res['concurrent'][pid].text[:80]!r}")
+    bad = [f"{pid}: {w}" for pid, w in why.items()]
     if bad:
         return ("concurrent", "concurrency_divergence",
                 f"{len(bad)} of {len(diffs)} concurrent copies differ from the single answers beyond a near-tie; {bad[0]}", bad[:6])
