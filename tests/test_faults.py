@@ -121,7 +121,8 @@ def test_baseline_passes_its_absolute_floors_with_measured_values(mixed):
     k, n = map(int, probe["gate_accuracy"].split("/"))
     assert n == 40 and k / n >= 0.15 and probe["gate_ci95"][0] <= k / n <= probe["gate_ci95"][1]
     assert int(probe["needles_found"].split("/")[0]) >= 1
-    assert probe["long_context"]["target_tokens"] > 0.6 * probe["long_context"]["served_context"]
+    lc = probe["long_context"]  # prompt + answer fill most of the served context, measured by the server
+    assert 0.6 * lc["served_context"] < lc["prompt_tokens"] + 48 <= lc["served_context"], lc
 
 
 def test_healthy_flash_attention_is_ok_with_its_measured_agreement(mixed):

@@ -518,23 +518,38 @@ async def served_context(session, base_url: str) -> int | None:
 
 
 async def _long_prompts(session, base_url: str, long_cfg: dict, cfg: Probes, ctx_size: int | None, info: dict) -> dict[str, str]:
-    """One prompt per needle: the same document (filler with every needle at its depth, sized to
-    ``long_fill`` of the served context less the answer) between the intro and the question."""
+    """One prompt per needle: the same document (filler with every needle at its depth) between
+    the intro and the question, sized so that prompt + answer fill ``long_fill`` of the served
+    context, measured in the server's tokens (chat template included where it can apply it)."""
     ctx = await served_context(session, base_url) or ctx_size
-    target = cfg.long_prompt_tokens or (int(ctx * cfg.long_fill) - cfg.long_max_tokens if ctx else 1024)
+    budget = cfg.long_prompt_tokens or (int(ctx * cfg.long_fill) - cfg.long_max_tokens if ctx else 1024)
     filler = long_cfg["filler"]
     per = await tokenize(session, base_url, filler) or max(1, len(filler) // 4)
     needles = long_cfg["needles"]
-    fixed = " ".join(long_cfg["needle"].format(**n) for n in needles) + long_cfg.get("intro", "") + long_cfg["question"]
-    overhead = (await tokenize(session, base_url, fixed) or len(fixed) // 4) + 32  # + the chat template
-    reps = max(len(needles) + 1, (target - overhead) // per)
-    at = {}
-    for n in needles:
-        at.setdefault(min(reps - 1, int(float(n.get("depth", 0.5)) * reps)), []).append(long_cfg["needle"].format(**n) + " ")
-    doc = "".join("".join(at.get(i, [])) + filler for i in range(reps))
-    info["long_context"] = {"served_context": ctx, "target_tokens": target, "filler_repeats": reps}
-    return {n["key"]: (long_cfg.get("intro", "").format(**n) + "\n\n" + doc + "\n\n" + long_cfg["question"].format(**n)).strip()
-            for n in needles}
+
+    def build(reps: int) -> dict[str, str]:
+        at: dict[int, list[str]] = {}
+        for n in needles:
+            at.setdefault(min(reps - 1, int(float(n.get("depth", 0.5)) * reps)), []).append(long_cfg["needle"].format(**n) + " ")
+        doc = "".join("".join(at.get(i, [])) + filler for i in range(reps))
+        return {n["key"]: (long_cfg.get("intro", "").format(**n) + "\n\n" + doc + "\n\n" + long_cfg["question"].format(**n)).strip()
+                for n in needles}
+
+    async def size(prompts: dict[str, str]) -> int | None:
+        text = max(prompts.values(), key=len)
+        templated = await _template(session, base_url, text)
+        n = await tokenize(session, base_url, templated or text)
+        return None if n is None else n + (0 if templated else 48)  # unknown template: a margin
+
+    reps = max(1, budget // per)
+    prompts = build(reps)
+    measured = await size(prompts)
+    while measured is not None and measured > budget and reps > 1:  # the needles and template take room too
+        reps = max(1, reps - max(1, (measured - budget) // per))
+        prompts = build(reps)
+        measured = await size(prompts)
+    info["long_context"] = {"served_context": ctx, "target_tokens": budget, "prompt_tokens": measured, "filler_repeats": reps}
+    return prompts
 
 
 async def _template(session, base_url: str, text: str) -> str | None:
