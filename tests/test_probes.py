@@ -597,3 +597,16 @@ def test_repetition_under_ignore_eos_is_excused_only_where_the_baseline_loops_to
     assert same["fault"] is None
     new = benchmod.check_against_baseline(benchmod.summarize("c=2", [fine, loop], 1.0, ignore_eos=True).to_json(), base)
     assert new["fault"] == "degenerate_repetition" and "requests [1] loop past EOS" in new["why_invalid"]
+
+
+def test_a_token_chosen_below_its_own_best_alternative_is_not_greedy():
+    """A greedy request whose chosen token is not the top of the server's own distribution: a
+    logit bias (what llama.cpp's --logit-bias does: logprobs are the model's, the choice is not)."""
+    r = reply(tok("The", -0.1), tok(" cat", -1.4, [(" dog", -0.5), (" cat", -1.4)]), tok(" sat", -0.1))
+    assert detect(r) == ["not_greedy: token 1 ' cat' (logprob -1.40) was chosen over ' dog' (-0.50) in a greedy request"]
+    eos = reply(tok("Paris", -0.1), tok("", -1.2, [(".", -0.4), ("", -1.2)]))
+    eos.finish_reason = "stop"
+    assert detect(eos)[0].startswith("early_stop: the reply ended at token 1 with EOS (logprob -1.20) though the model's own top "
+                                     "choice there was '.' (-0.40, 0.80 nats more likely)")
+    tie = reply(tok("a", -0.70, [("b", -0.69), ("a", -0.70)]))  # an exact-ish tie either way is greedy
+    assert detect(tie) == []

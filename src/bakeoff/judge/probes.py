@@ -170,6 +170,8 @@ def detect(res: Result, *, expect_logprobs: bool = True) -> list[str]:
                          f"(first at token {res.tokens.index(bad[0])}, {bad[0].get('token')!r})")
         if not res.tokens and text:
             found.append("missing_logprobs: logprobs requested, none returned")
+        if not bad and (skip := _not_greedy(res)):
+            found.append(skip)
     if not text.strip():
         found.append("empty: the reply has no text")
     if text:
@@ -183,6 +185,29 @@ def detect(res: Result, *, expect_logprobs: bool = True) -> list[str]:
     elif (rep := repetition(toks)) is not None:
         found.append(f"degenerate_repetition: {rep}")
     return found
+
+
+GREEDY_SLACK = 0.05  # nats; the chosen token's own logprob may sit this far below its best alternative
+
+
+def _not_greedy(res: Result) -> str | None:
+    """Every request bakeoff judges is greedy (temperature 0): each chosen token must be the top
+    of the server's own reported distribution. A token chosen below its best alternative means
+    something between the model and the sampler changed the choice (a logit bias, a broken
+    sampler, an EOS forced early): ``early_stop`` when that token ended the reply, else ``not_greedy``."""
+    for i, t in enumerate(res.tokens):
+        alts = [x.get("logprob") for x in (t.get("top_logprobs") or []) if _finite(x.get("logprob"))]
+        lp = t.get("logprob")
+        if not alts or not _finite(lp) or lp >= max(alts) - GREEDY_SLACK:
+            continue
+        best = max((x for x in t["top_logprobs"] if _finite(x.get("logprob"))), key=lambda x: x["logprob"])
+        gap = best["logprob"] - lp
+        if i == len(res.tokens) - 1 and res.finish_reason == "stop" and not (t.get("token") or "").strip():
+            return (f"early_stop: the reply ended at token {i} with EOS (logprob {lp:.2f}) though the model's own top choice "
+                    f"there was {best.get('token')!r} ({best['logprob']:.2f}, {gap:.2f} nats more likely)")
+        return (f"not_greedy: token {i} {t.get('token')!r} (logprob {lp:.2f}) was chosen over {best.get('token')!r} "
+                f"({best['logprob']:.2f}) in a greedy request")
+    return None
 
 
 def _finite(x) -> bool:
