@@ -91,6 +91,7 @@ def margins(collected: dict, base: dict, levels: list[dict], base_levels: list[d
         "min_whole_agreement": min((d.agreement for d in diffs.values()), default=1.0),
         "mean_whole_agreement": sum(d.agreement for d in diffs.values()) / max(len(diffs), 1),
         "inconsistent": [f"{m}/{p}: {d.detail}" for (m, p), d in diffs.items() if not d.consistent],
+        "lowest": sorted((round(d.agreement, 3), f"{m}/{p}: {d.detail}"[:200]) for (m, p), d in diffs.items())[:3],
         "reanchored": sum(d.reanchored for d in diffs.values()),
         "min_bench_len_ratio": min(ratios, default=1.0),
     }
@@ -101,7 +102,8 @@ def main() -> None:
     rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 1
     base, base_levels = serve_and_collect([], None)
     o = probes.judge(base, CFG, None, role="baseline")
-    report = {"baseline": {"passed": o.passed, "detector": o.detector, "values": o.values}, "changes": []}
+    report = {"baseline": {"passed": o.passed, "detector": o.detector, "values": o.values,
+                           "raw": probes.results_to_json(base, base_levels)}, "changes": []}
     print("baseline", o.passed, o.detector, o.detail[:200], flush=True)
     for r in range(rounds):
         for name, extra in HEALTHY.items():
@@ -115,6 +117,7 @@ def main() -> None:
             row = {"change": name, "round": r, "passed": o.passed and not bench_faults, "detector": o.detector,
                    "detail": o.detail[:300], "bench_faults": bench_faults, "values": o.values, "margins": m,
                    "took_s": round(time.time() - t0, 1)}
+            row["raw"] = probes.results_to_json(col, levels)  # re-judge offline with any threshold
             report["changes"].append(row)
             print(name, r, row["passed"], o.detector, o.detail[:160], json.dumps(m)[:400], flush=True)
             out_path.write_text(json.dumps(report, indent=1, default=str))

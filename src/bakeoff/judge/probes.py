@@ -305,7 +305,7 @@ def _shorter(base: Result, trial: Result, n: int, agreement: float, tie_gap: flo
         lp = base.tokens[n].get("logprob")
         if _finite(lp):
             p = math.exp(lp)
-            gap = lp - math.log1p(-p) if p < 1 else math.inf
+            gap = max(0.0, lp - math.log1p(-p)) if p < 1 else math.inf
             ok = gap <= tie_gap
             return Diff(agreement, ok, n, f"{'stopped at a near-tie' if ok else 'early stop'}: the trial ended after {n} tokens, "
                                           f"the baseline went on with {base.tokens[n].get('token')!r} (p={p:.2f}, gap to EOS "
@@ -335,9 +335,14 @@ def compare_whole(base: Result, trial: Result, anchored: list[tuple[int, Result]
     trial's reply given the baseline's tokens up to ``k``) against the baseline from ``k`` on.
     Agreement is the share of the baseline's tokens the trial reproduced greedily."""
     d = compare(base, trial, top_k=top_k, tie_gap=tie_gap, text_min_agreement=text_min_agreement)
-    if not d.consistent or d.diverge_at is None or not anchored or d.early_stop:
-        return d
     nb = max(len(_toks(base)), 1)
+    if d.diverge_at is not None and d.diverge_at >= nb:  # the trial went on past the baseline's end
+        d.agreement = 1.0
+    if not d.consistent or d.diverge_at is None or d.early_stop or d.diverge_at >= nb:
+        return d
+    if not anchored:  # nothing shown past the divergence: only the common prefix counts as agreement
+        d.agreement = d.diverge_at / nb
+        return d
     matched, gaps, details = d.diverge_at, [d.gap or 0.0], [d.detail]
     for k, cont in anchored:
         sub = compare(_tail(base, k), cont, top_k=top_k, tie_gap=tie_gap)
