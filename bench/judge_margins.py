@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import socket
 import subprocess
 import sys
 import time
@@ -51,6 +52,12 @@ def argv(extra: list[str], port: int) -> list[str]:
     return [LlamaCpp().resolve_binary(), "--model", model, "--port", str(port), *args]
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def wait(url: str) -> None:
     for _ in range(240):
         try:
@@ -63,14 +70,15 @@ def wait(url: str) -> None:
 
 
 def serve_and_collect(extra: list[str], baseline: dict | None, proxy: bool = False) -> tuple[dict, list[dict]]:
-    port = 18790
+    port = free_port()
     procs = [subprocess.Popen(argv(extra, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
     url = f"http://127.0.0.1:{port}"
     try:
         wait(url)
         if proxy:
-            procs.append(subprocess.Popen([sys.executable, str(Path(__file__).parent / "passthrough_proxy.py"), "18791", url]))
-            url = "http://127.0.0.1:18791"
+            pport = free_port()
+            procs.append(subprocess.Popen([sys.executable, str(Path(__file__).parent / "passthrough_proxy.py"), str(pport), url]))
+            url = f"http://127.0.0.1:{pport}"
             time.sleep(2)
         collected = probes.run_probes(url, CFG, bench=BENCH, baseline=baseline, timeout_s=600)
         levels = asyncio.run(benchmod.run_async(url, BENCH, timeout_s=600))
@@ -78,7 +86,11 @@ def serve_and_collect(extra: list[str], baseline: dict | None, proxy: bool = Fal
     finally:
         for p in reversed(procs):
             p.terminate()
-            p.wait(timeout=30)
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
 
 
 def margins(collected: dict, base: dict, levels: list[dict], base_levels: list[dict]) -> dict:
