@@ -905,6 +905,8 @@ def results_to_json(collected: dict, bench_levels: list[dict] | None = None) -> 
         "results": {m: {k: asdict(r) for k, r in items.items()} for m, items in collected["results"].items()},
         "long": collected.get("long", {}),
         "info": collected.get("info", {}),
+        "anchored": {m: {p: [[k, asdict(r)] for k, r in conts] for p, conts in items.items()}
+                     for m, items in (collected.get("anchored") or {}).items()},
     }
     if bench_levels is not None:
         out["bench"] = [{k: lv.get(k) for k in ("level", "lens", "repeats")} for lv in bench_levels]
@@ -918,5 +920,7 @@ def results_from_json(data: dict, prompt_set: str) -> dict:
         "long": data.get("long", {}),
         "info": data.get("info", {}),
         "bench": data.get("bench"),
+        "anchored": {m: {p: [(k, Result(**r)) for k, r in conts] for p, conts in items.items()}
+                     for m, items in (data.get("anchored") or {}).items()},
         "results": {m: {k: Result(**r) for k, r in items.items()} for m, items in data["results"].items()},
     }
