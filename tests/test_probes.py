@@ -610,3 +610,19 @@ def test_a_token_chosen_below_its_own_best_alternative_is_not_greedy():
                                      "choice there was '.' (-0.40, 0.80 nats more likely)")
     tie = reply(tok("a", -0.70, [("b", -0.69), ("a", -0.70)]))  # an exact-ish tie either way is greedy
     assert detect(tie) == []
+
+
+def test_early_stop_gap_uses_the_baselines_own_eos_probability():
+    """The baseline's top-k tells how likely EOS was where the trial stopped: listed, the exact
+    gap; not listed in a full top-k, at least the gap to the last entry (SmolLM2 under an EOS
+    logit bias stopped where the baseline's token had p=0.34: 1-p allowed a tie, the top-5 did not)."""
+    def stopped_after(k):
+        r = words(" ".join("abcdefgh"[:k]))
+        r.finish_reason = "stop"
+        return r
+    listed = reply(tok("a", -0.1), tok("b", -0.6, [("b", -0.6), ("", -1.0), ("c", -2.0)]))
+    d = compare(listed, stopped_after(1), top_k=5)
+    assert d.consistent and d.gap == pytest.approx(0.4)
+    unlisted = reply(tok("a", -0.1), tok("b", -1.08, [("b", -1.08), ("c", -1.5), ("d", -2.0), ("e", -3.0), ("f", -4.0)]))
+    d = compare(unlisted, stopped_after(1), top_k=5)
+    assert (d.early_stop, d.consistent) == (True, False) and d.gap == pytest.approx(2.92)

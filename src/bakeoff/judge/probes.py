@@ -272,7 +272,7 @@ def compare(base: Result, trial: Result, *, top_k: int, tie_gap: float = 1.5, te
         return Diff(1.0, True, None, "identical")
     logprobs = bool(base.tokens and trial.tokens)
     if n == len(tt) < len(bt):  # the trial ended first
-        return _shorter(base, trial, n, agreement, tie_gap, logprobs)
+        return _shorter(base, trial, n, agreement, tie_gap, logprobs, top_k)
     if n == len(bt) < len(tt):  # the baseline ended first: the trial went on (the detectors judge what it said)
         return Diff(agreement, True, n, f"same tokens, lengths {len(bt)} vs {len(tt)} (the trial went on)")
     if not logprobs:
@@ -296,7 +296,12 @@ def compare(base: Result, trial: Result, *, top_k: int, tie_gap: float = 1.5, te
     return Diff(agreement, consistent, n, detail, gap)
 
 
-def _shorter(base: Result, trial: Result, n: int, agreement: float, tie_gap: float, logprobs: bool) -> Diff:
+# how engines spell an end-of-sequence token in a top_logprobs list (llama.cpp: the empty string)
+EOS_TEXTS = {"", "<|im_end|>", "</s>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "<|end_of_text|>", "<eos>"}
+
+
+def _shorter(base: Result, trial: Result, n: int, agreement: float, tie_gap: float, logprobs: bool,
+             top_k: int = 5) -> Diff:
     """The trial is a strict prefix of the baseline: an EOS near-tie, or an early stop."""
     nb = len(_toks(base))
     if trial.finish_reason == "length":
@@ -305,7 +310,13 @@ def _shorter(base: Result, trial: Result, n: int, agreement: float, tie_gap: flo
         lp = base.tokens[n].get("logprob")
         if _finite(lp):
             p = math.exp(lp)
-            gap = max(0.0, lp - math.log1p(-p)) if p < 1 else math.inf
+            gap = max(0.0, lp - math.log1p(-p)) if p < 1 else math.inf  # EOS had at most 1-p
+            top = [x for x in (base.tokens[n].get("top_logprobs") or []) if _finite(x.get("logprob"))]
+            eos = [x["logprob"] for x in top if (x.get("token") or "").strip() in EOS_TEXTS]
+            if eos:  # the baseline's own EOS probability there: the exact gap
+                gap = max(0.0, lp - max(eos))
+            elif len(top) >= top_k:  # EOS was not among the baseline's top-k: below the last of them
+                gap = max(gap, lp - min(x["logprob"] for x in top))
             ok = gap <= tie_gap
             return Diff(agreement, ok, n, f"{'stopped at a near-tie' if ok else 'early stop'}: the trial ended after {n} tokens, "
                                           f"the baseline went on with {base.tokens[n].get('token')!r} (p={p:.2f}, gap to EOS "
