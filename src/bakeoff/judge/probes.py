@@ -21,12 +21,10 @@ per divergence) and judges the continuation the same way, so a reply that flips 
 and then degrades fails. A reply that stops early (EOS where the baseline's own token was far
 more likely than any alternative) or is truncated is not "a prefix": it is an ``early_stop``.
 
-Thresholds (measured, see docs/notes/judge-thresholds.md; SmolLM2-135M Q4_1 on llama.cpp, CPU):
-  * ``max_tie_gap`` 1.5 nats: the largest gap at a divergence on healthy changes was 0.92
-    (flash attention, threads, batch sizes, KV q8_0 + FA, a pass-through proxy, A/A).
-  * ``min_agreement`` 0.6 (whole-answer, teacher-forced agreement): healthy minimum 0.83.
-  * ``gate_alpha`` 0.01 (one-sided exact McNemar): healthy changes had at most 2 discordant items
-    of 80 (p ≥ 0.25); a broken model loses every item it had right.
+Thresholds (measured on the real engine, docs/notes/judge-thresholds.md; SmolLM2-135M Q4_1 on
+llama.cpp, CPU, healthy changes vs the baseline: A/A, flash attention, threads, batch sizes, KV
+q8_0 + flash attention, a pass-through proxy):
+THRESHOLD_FIGURES
 """
 
 from __future__ import annotations
