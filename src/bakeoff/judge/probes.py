@@ -592,15 +592,31 @@ async def _long_prompts(session, base_url: str, long_cfg: dict, cfg: Probes, ctx
 
 
 async def _template(session, base_url: str, text: str) -> str | None:
-    """The chat-templated prompt text (llama.cpp ``/apply-template``), or None."""
-    try:
-        async with session.post(base_url + "/apply-template", json={"messages": [{"role": "user", "content": text}]}) as resp:
-            if resp.status != 200:
-                return None
-            data = await resp.json(content_type=None)
-        return data.get("prompt") if isinstance(data, dict) else None
-    except Exception:  # noqa: BLE001 - unsupported
+    """The chat-templated prompt text (llama.cpp ``/apply-template``), or None where the server
+    has none. A pooled keep-alive connection the server dropped is retried on a fresh one."""
+    import aiohttp
+
+    body = {"messages": [{"role": "user", "content": text}]}
+    for attempt in range(2):
+        try:
+            if attempt == 0:
+                async with session.post(base_url + "/apply-template", json=body) as resp:
+                    return await _template_answer(resp)
+            async with new_session(timeout_s=session.timeout.total, fresh=True) as fresh, \
+                    fresh.post(base_url + "/apply-template", json=body) as resp:
+                return await _template_answer(resp)
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+            continue
+        except Exception:  # noqa: BLE001 - anything else: unsupported
+            return None
+    return None
+
+
+async def _template_answer(resp) -> str | None:
+    if resp.status != 200:
         return None
+    data = await resp.json(content_type=None)
+    return data.get("prompt") if isinstance(data, dict) else None
 
 
 async def _teacher_force(session, base_url: str, model: str | None, cfg: Probes, collected: dict, baseline: dict,
@@ -624,8 +640,9 @@ async def _teacher_force(session, base_url: str, model: str | None, cfg: Probes,
                 continue
             prefix = await _template(session, base_url, texts[mode][pid])
             if prefix is None:
-                info.setdefault("checks_not_run", []).append("teacher-forced continuation (the server has no /apply-template)")
-                return anchored
+                info.setdefault("checks_not_run", []).append(f"teacher-forced continuation of {mode}/{pid} "
+                                                             "(the server gave no chat template: /apply-template)")
+                continue
             k = d.diverge_at + 1
             for _ in range(cfg.max_reanchors):
                 if k >= len(b.tokens):
@@ -639,8 +656,9 @@ async def _teacher_force(session, base_url: str, model: str | None, cfg: Probes,
                     body["model"] = model
                 cont = await stream_request(session, url, body, api="completions")
                 if cont.error or not cont.tokens:
-                    info.setdefault("checks_not_run", []).append(f"teacher-forced continuation ({cont.error or 'no logprobs'})")
-                    return anchored
+                    info.setdefault("checks_not_run", []).append(f"teacher-forced continuation of {mode}/{pid} "
+                                                                 f"({cont.error or 'no logprobs'})")
+                    break
                 anchored.setdefault(mode, {}).setdefault(pid, []).append((k, cont))
                 sub = compare(_tail(b, k), cont, top_k=top_k, tie_gap=cfg.max_tie_gap)
                 if not sub.consistent or sub.diverge_at is None or sub.diverge_at >= min(len(b.tokens) - k, len(cont.tokens)):
