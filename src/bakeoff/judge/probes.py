@@ -241,6 +241,7 @@ class Diff:
     gap: float | None = None  # the largest logprob gap at a divergence
     early_stop: bool = False  # the trial stopped (or was cut) well before the baseline
     reanchored: int = 0       # divergences passed by teacher forcing the baseline's tokens
+    whole: bool = True        # the whole answer was judged (False: a near-tie with nothing shown past it)
 
 
 def _toks(r: Result) -> list:
@@ -349,8 +350,8 @@ def compare_whole(base: Result, trial: Result, anchored: list[tuple[int, Result]
         d.agreement = 1.0
     if not d.consistent or d.diverge_at is None or d.early_stop or d.diverge_at >= nb:
         return d
-    if not anchored:  # nothing shown past the divergence: only the common prefix counts as agreement
-        d.agreement = d.diverge_at / nb
+    if not anchored:  # nothing shown past the divergence (no teacher forcing): not a whole answer
+        d.whole = d.diverge_at >= nb - 1
         return d
     matched, gaps, details = d.diverge_at, [d.gap or 0.0], [d.detail]
     for k, cont in anchored:
@@ -792,10 +793,11 @@ def _check_differential(collected, cfg, baseline, values, expect_logprobs, role)
     collected["_diffs"] = diffs
     if not diffs:
         return None
-    agree = sum(d.agreement for d in diffs.values()) / len(diffs)
+    whole = [d for d in diffs.values() if d.whole]
+    agree = sum(d.agreement for d in whole) / len(whole) if whole else 1.0
     cons = sum(d.consistent for d in diffs.values()) / len(diffs)
     gaps = [d.gap for d in diffs.values() if d.gap is not None]
-    values.update(agreement=round(agree, 3), topk_consistency=round(cons, 3),
+    values.update(agreement=round(agree, 3), agreement_over=f"{len(whole)}/{len(diffs)} whole answers", topk_consistency=round(cons, 3),
                   diverged=f"{sum(d.diverge_at is not None for d in diffs.values())}/{len(diffs)}",
                   reanchored=sum(d.reanchored for d in diffs.values()))
     if gaps:
@@ -820,7 +822,7 @@ def _check_differential(collected, cfg, baseline, values, expect_logprobs, role)
         return (mode, "divergence", f"{len(bad)}/{len(diffs)} replies diverge from the baseline beyond a near-tie "
                                     f"(token agreement {agree:.2f}); {mode} / {pid}: {diffs[bad[0]].detail}", show(bad))
     if agree < cfg.min_agreement:
-        low = sorted(diffs, key=lambda k: diffs[k].agreement)
+        low = sorted((k for k in diffs if diffs[k].whole), key=lambda k: diffs[k].agreement)
         return (low[0][0], "low_agreement", f"whole-answer token agreement {agree:.2f} with the baseline "
                                             f"(need {cfg.min_agreement}), though each divergence was a near-tie", show(low))
     return None
