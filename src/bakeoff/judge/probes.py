@@ -437,6 +437,9 @@ def absolute_floors(collected: dict, cfg: Probes) -> list[str]:
         missed = [p.id for p in prompts if (p.answer or p.json) and not _task_right(p, res.get("single", {}))]
         found.append(f"task_floor: {right}/{total} checkable tasks right (floor {cfg.min_task_accuracy:.0%}); missed {missed}")
     for p in prompts:
+        cut = p.id in res.get("single", {}) and res["single"][p.id].finish_reason == "length"
+        if cut and res["single"][p.id].text.lstrip().startswith("{"):
+            continue  # a JSON object cut at max_tokens is no evidence either way
         if p.json and p.id in res.get("single", {}) and not _task_right(p, res["single"]):
             found.append(f"json_floor: prompt {p.id} asked for a JSON object, got {res['single'][p.id].text[:80]!r}")
     gate = res.get("gate") or {}
