@@ -24,7 +24,12 @@ more likely than any alternative) or is truncated is not "a prefix": it is an ``
 Thresholds (measured on the real engine, docs/notes/judge-thresholds.md; SmolLM2-135M Q4_1 on
 llama.cpp, CPU, healthy changes vs the baseline: A/A, flash attention, threads, batch sizes, KV
 q8_0 + flash attention, a pass-through proxy):
-THRESHOLD_FIGURES
+  * ``max_tie_gap`` 1.5 nats: the largest healthy gap at a divergence was 0.20 (flash attention);
+    broken models diverge at inf (token outside the top-k) or stop ≥ 2 nats from EOS.
+  * ``min_agreement`` 0.6 (whole answers, teacher-forced): healthy means 0.87–1.00.
+  * ``gate_alpha`` 0.01 (one-sided exact McNemar): healthy runs lost ≤ 2 of 80 items (p ≥ 0.5).
+  * ``GREEDY_SLACK`` 0.05 nats: every healthy greedy choice was its own top entry.
+  * floors: tasks 60 % (SmolLM2: 100 %), gate 15 % (SmolLM2: 46–49 %), needles 1 (SmolLM2: 1–3 of 4).
 """
 
 from __future__ import annotations
