@@ -2,7 +2,7 @@
 (A/A, relaunched) and healthy changes (flash attention, threads, batch sizes, KV cache q8_0 with
 flash attention, a pass-through proxy), each judged against the baseline's collected answers.
 
-    PYTHONPATH=src python bench/judge_margins.py OUT.json [--rounds N]
+    PYTHONPATH=src python bench/judge_margins.py OUT.json [--rounds N] [--only A/A,proxy,...]
 
 Prints, per configuration, the outcome and the raw margins: the largest logprob gap at a
 divergence, whole-answer agreement, early-stop gaps, gate discordance and p, bench reply length
@@ -117,8 +117,9 @@ def main() -> None:
     report = {"baseline": {"passed": o.passed, "detector": o.detector, "values": o.values,
                            "raw": probes.results_to_json(base, base_levels)}, "changes": []}
     print("baseline", o.passed, o.detector, o.detail[:200], flush=True)
+    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else list(HEALTHY)
     for r in range(rounds):
-        for name, extra in HEALTHY.items():
+        for name, extra in ((n, HEALTHY[n]) for n in only):
             t0 = time.time()
             col, levels = serve_and_collect(extra, base, proxy=name == "proxy")
             o = probes.judge(col, CFG, base)
