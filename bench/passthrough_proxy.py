@@ -23,7 +23,9 @@ def app(upstream: str) -> web.Application:
             return resp
 
     async def start(a: web.Application) -> None:
-        a["session"] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
+        # a new upstream connection per request: llama-server drops idle keep-alive ones
+        a["session"] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None),
+                                             connector=aiohttp.TCPConnector(force_close=True))
 
     async def stop(a: web.Application) -> None:
         await a["session"].close()

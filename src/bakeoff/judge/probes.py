@@ -23,7 +23,7 @@ more likely than any alternative) or is truncated is not "a prefix": it is an ``
 
 Thresholds (measured on the real engine, docs/notes/judge-thresholds.md; SmolLM2-135M Q4_1 on
 llama.cpp, CPU, healthy changes vs the baseline: A/A, flash attention, threads, batch sizes, KV
-q8_0 + flash attention, a pass-through proxy):
+q8_0 + flash attention; threads and batch sizes not finished in time):
   * ``max_tie_gap`` 1.5 nats: the largest healthy gap at a divergence was 0.20 (flash attention);
     broken models diverge at inf (token outside the top-k) or stop ≥ 2 nats from EOS.
   * ``min_agreement`` 0.6 (whole answers, teacher-forced): healthy means 0.87–1.00.
