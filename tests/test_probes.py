@@ -5,6 +5,7 @@ report's detector/mode lines. Exact values throughout; no server here (see test_
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -94,10 +95,34 @@ def test_identical():
     assert (d.agreement, d.consistent, d.diverge_at, d.detail, d.gap) == (1.0, True, None, "identical", None)
 
 
-def test_prefix_is_a_length_difference_only():
-    d = compare(words("a b c d"), words("a b"), top_k=5)
-    assert (d.agreement, d.consistent, d.diverge_at) == (0.5, True, 2)
-    assert d.detail == "same tokens, lengths 4 vs 2"
+def test_trial_that_stops_early_is_an_early_stop_not_a_prefix():
+    """Path 3: the old judge called any prefix 'a length difference only'. The baseline went on
+    with a token of p=0.90: stopping there is 2.2 nats from a tie, an early stop."""
+    stopped = words("a b")
+    stopped.finish_reason = "stop"
+    d = compare(words("a b c d"), stopped, top_k=5)
+    assert (d.agreement, d.consistent, d.diverge_at, d.early_stop) == (0.5, False, 2, True)
+    assert d.detail.startswith("early stop: the trial ended after 2 tokens, the baseline went on with 'c' (p=0.90, gap to EOS ≥ 2.25")
+
+
+def test_stop_at_a_near_tie_with_eos_is_consistent():
+    base = reply(tok("a", -0.1), tok("b", -0.1), tok("c", -0.9), tok("d", -0.1))  # p(c)=0.41: EOS may have had 0.59
+    stopped = words("a b")
+    stopped.finish_reason = "stop"
+    d = compare(base, stopped, top_k=5)
+    assert d.consistent and not d.early_stop and d.detail.startswith("stopped at a near-tie")
+
+
+def test_truncated_reply_is_an_early_stop():
+    cut = words("a b")
+    cut.finish_reason = "length"
+    d = compare(words("a b c d"), cut, top_k=5)
+    assert (d.consistent, d.early_stop) == (False, True) and d.detail.startswith("truncated")
+
+
+def test_trial_that_goes_on_past_the_baseline_is_consistent():
+    d = compare(words("a b"), words("a b c d"), top_k=5)
+    assert (d.consistent, d.diverge_at) == (True, 2) and "the trial went on" in d.detail
 
 
 def test_near_tie_nova_haven_vs_new_haven_is_consistent():
@@ -129,26 +154,59 @@ def test_both_in_top_k_but_gap_too_large_is_inconsistent():
     assert "top-1: False/False" in compare(base, trial_, top_k=1).detail
 
 
-def test_without_logprobs_falls_back_to_words():
+def test_without_logprobs_the_text_comparison_is_strict():
+    """Engines without logprobs: the old judge called a divergence consistent at half the words
+    agreeing; with no near-tie to show, it now takes 90 %."""
     a, b = Result(text="one two three four"), Result(text="one two three five")
     d = compare(a, b, top_k=5)
-    assert (d.agreement, d.consistent, d.detail) == (0.75, True, "diverged at token 3 (no logprobs to judge)")
+    assert (d.agreement, d.consistent) == (0.75, False)
+    assert d.detail == "diverged at word 3 of 4 (no logprobs: text agreement 0.75, need 0.9)"
+    ten = " ".join(f"w{i}" for i in range(10))
+    assert compare(Result(text=ten), Result(text=ten[:-2] + "xx"), top_k=5).consistent  # 9 of 10 words
+
+
+# ------------------------------------------------------------------ compare_whole(): teacher forcing
+def flip_then(tail: list[dict]) -> tuple[Result, Result, list[tuple[int, Result]]]:
+    """Baseline 'a b alpha c d e f', trial flips alpha->beta at a near-tie (token 2); the trial's
+    continuation, teacher-forced on the baseline's 'a b alpha', is ``tail``."""
+    base = reply(tok("a", -0.1), tok(" b", -0.1), tok(" alpha", -0.6, [(" alpha", -0.6), (" beta", -0.8)]),
+                 *[tok(w, -0.1, [(w, -0.1), (" zz", -4.0)]) for w in (" c", " d", " e", " f")])
+    tri = reply(tok("a", -0.1), tok(" b", -0.1), tok(" beta", -0.7, [(" beta", -0.7), (" alpha", -0.75)]),
+                *[tok(w, -0.2) for w in (" c", " d", " e", " f")])
+    return base, tri, [(3, reply(*tail))]
+
+
+def test_near_tie_then_gibberish_fails_the_whole_answer():
+    """Path 2: the old judge stopped at the first divergence (a near-tie) and passed this."""
+    base, tri, anchored = flip_then([tok(" c", -0.1), tok(" qq", -0.3, [(" qq", -0.3), (" d", -3.5)]), tok(" rr", -0.3), tok(" ss", -0.3)])
+    d = probes.compare_whole(base, tri, anchored, top_k=5, tie_gap=1.5)
+    assert (d.consistent, d.reanchored) == (False, 1)
+    assert d.detail.startswith("after a near-tie at token 2, teacher-forced from token 3: diverged at token 4: baseline ' d' vs ' qq'")
+    assert d.agreement == pytest.approx(3 / 7)  # a b <alpha forced> c: 2 + 1 of 7
+
+
+def test_near_tie_then_the_same_continuation_passes():
+    base, tri, anchored = flip_then([tok(w, -0.1) for w in (" c", " d", " e", " f")])
+    d = probes.compare_whole(base, tri, anchored, top_k=5, tie_gap=1.5)
+    assert (d.consistent, d.reanchored, d.agreement) == (True, 1, pytest.approx(6 / 7))
 
 
 # ------------------------------------------------------------------ judge()
 PROMPTS = [Prompt("arith", "2+3?", answer=r"\b5\b"), Prompt("capital", "capital?", answer="paris"),
            Prompt("json", "json please", json=True), Prompt("story", "Once upon a time")]
-LONG = {"fact": "f", "filler": "x ", "question": "q", "answer": "pelican"}
-CFG = spec.Probes(max_tokens=24, concurrency=1)
+LONG = {"filler": "x ", "intro": "Find {key}.", "needle": "The {key} word is {word}.", "question": "Which {key}?",
+        "needles": [{"key": "red", "word": "PELICAN", "depth": 0.2}, {"key": "blue", "word": "WALRUS", "depth": 0.7}]}
+CFG = spec.Probes(max_tokens=24, concurrency=1, gate_items=0)
 
 GOOD = {"arith": "2 + 3 = 5", "capital": "The capital is Paris .", "json": '{"name": "Alice"}',
         "story": "there was a small cat who lived by the sea"}
 
 
-def collected(single: dict[str, Result], long: Result | None = None, concurrent: dict[str, Result] | None = None) -> dict:
-    return {"prompts": PROMPTS, "long": LONG,
-            "results": {"single": single, "long": {"long": long or words("PELICAN .")},
-                        "concurrent": concurrent if concurrent is not None else {f"{k}#0": v for k, v in single.items()}}}
+def collected(single: dict[str, Result], long: dict[str, Result] | None = None, concurrent: dict[str, Result] | None = None,
+              anchored: dict | None = None, **modes) -> dict:
+    return {"prompts": PROMPTS, "long": LONG, "anchored": anchored or {},
+            "results": {"single": single, "long": long or {"red": words("It is PELICAN ."), "blue": words("It is WALRUS .")},
+                        "concurrent": concurrent if concurrent is not None else {f"{k}#0": v for k, v in single.items()}, **modes}}
 
 
 def good() -> dict[str, Result]:
@@ -156,16 +214,43 @@ def good() -> dict[str, Result]:
 
 
 def test_baseline_alone_passes_with_measured_values():
-    out = judge(collected(good()), CFG, None)
+    out = judge(collected(good()), CFG, None, role="baseline")
     assert out.passed
-    assert out.values == {"requests": {"single": 4, "long": 1, "concurrent": 4}, "concurrent_consistency": 1.0,
-                          "long_prompt_tokens": None, "long_answer_ok": True, "task_accuracy": "3/3"}
+    assert out.values == {"requests": {"single": 4, "long": 2, "concurrent": 4}, "task_accuracy": "3/3", "needles_found": "2/2",
+                          "concurrent_consistency": 1.0,
+                          "checks_not_run": ["differential (this is the baseline: judged by the detectors and the absolute floors)"]}
+
+
+def test_a_baseline_that_answers_wrong_is_below_the_floor():
+    """Path 1: '2 + 3 = 7' and 'Berlin' passed before and became the reference for every trial."""
+    bad = good()
+    bad["arith"], bad["capital"] = words("2 + 3 = 7"), words("Berlin")
+    out = judge(collected(bad), CFG, None, role="baseline")
+    assert (out.passed, out.failed_mode, out.detector) == (False, "single", "baseline_below_floor")
+    assert out.detail.startswith("the baseline itself is below the absolute floors, so nothing known-good exists: "
+                                 "task_floor: 1/3 checkable tasks right (floor 60%); missed ['arith', 'capital']")
+    # the same answers from a trial with no healthy baseline: below the floor, not 'ok on detectors alone'
+    assert judge(collected(bad), CFG, None).detector == "task_floor"
+
+
+def test_floors_cover_json_the_gate_and_the_long_document():
+    bad = good()
+    bad["json"] = words("name Alice age 30")
+    assert probes.absolute_floors(collected(bad), CFG)[0].startswith("json_floor: prompt json asked for a JSON object")
+    lost = collected(good(), long={"red": words("I do not know ."), "blue": words("No idea at all .")})
+    assert probes.absolute_floors(lost, CFG) == ["long_floor: 0/2 needles found in the long document (floor 1); e.g. red: 'Idonotknow.'"]
+    cfg = spec.Probes(gate_items=20, concurrency=1)
+    items = probes.gate_items(20)
+    gate = {p.id: words("I cannot say .") for p in items}
+    gate[items[0].id] = words(re.sub(r"\\", "", items[0].answer.replace("(?<!\\d)", "").replace("(?!\\d)", "")))
+    c = collected(good(), gate=gate)
+    assert probes.absolute_floors(c, cfg) == ["gate_floor: task gate 1/20 right (5%, 95% CI 1%–24%), floor 15%"]
 
 
 def test_identical_trial_passes_with_agreement_one():
     out = judge(collected(good()), CFG, collected(good()))
     assert out.passed
-    assert out.values["agreement"] == 1.0 and out.values["topk_consistency"] == 1.0 and out.values["diverged"] == "0/4"
+    assert out.values["agreement"] == 1.0 and out.values["topk_consistency"] == 1.0 and out.values["diverged"] == "0/6"
     assert out.values["task_accuracy"] == "3/3" and out.values["task_accuracy_baseline"] == "3/3"
 
 
@@ -200,31 +285,54 @@ def test_nan_never_excused_by_the_baseline():
 
 
 def test_long_mode_failure_is_reported_as_long():
-    out = judge(collected(good(), long=reply(*[tok("\ufffd", -0.1)] * 6)), CFG, collected(good()))
+    out = judge(collected(good(), long={"red": reply(*[tok("\ufffd", -0.1)] * 6), "blue": words("WALRUS")}), CFG, collected(good()))
     assert (out.failed_mode, out.detector) == ("long", "bad_characters")
-    out = judge(collected(good(), long=words("I do not know .")), CFG, collected(good()))
-    assert (out.failed_mode, out.detector) == ("long", "long_context_task")
-    assert out.values["long_answer_ok"] is False and out.values["long_answer_baseline"] is True
+    out = judge(collected(good(), long={"red": reply(tok("I", -0.1, [("I", -0.1), ("It", -3.0)]), tok(" forget", -0.1)),
+                                        "blue": words("It is WALRUS .")}), CFG, collected(good()))
+    assert (out.failed_mode, out.detector) == ("long", "divergence")
+    assert out.values["needles_found"] if "needles_found" in out.values else True
 
 
-def near_tie_variant(text: str) -> tuple[Result, Result]:
-    """Baseline and trial that share two words, then flip a near-tie."""
-    w = text.split(" ")
-    base = reply(tok(w[0], -0.1), tok(" " + w[1], -0.1), tok(" alpha", -0.6, [(" alpha", -0.6), (" beta", -0.8)]), tok(" end", -0.1))
-    tri = reply(tok(w[0], -0.1), tok(" " + w[1], -0.1), tok(" beta", -0.7, [(" beta", -0.7), (" alpha", -0.75)]), tok(" fin", -0.1))
-    return base, tri
+def test_a_lost_needle_fails_even_at_a_near_tie_first_token():
+    base = collected(good())
+    lost = reply(tok("It", -0.1), tok(" is", -0.1), tok(" OTTER", -0.4, [(" OTTER", -0.4), (" PEL", -0.5)]), tok(" .", -0.1))
+    base["results"]["long"]["red"] = reply(tok("It", -0.1), tok(" is", -0.1), tok(" PEL", -0.45, [(" PEL", -0.45), (" OTTER", -0.5)]),
+                                           tok("ICAN", -0.1, [("ICAN", -0.1), ("ICANS", -5.0)]), tok(" .", -0.1))
+    # teacher-forced on 'It is PEL', the trial goes on with garbage: not a near-tie chain
+    anchored = {"long": {"red": [(3, reply(tok("zzz", -0.2, [("zzz", -0.2), ("ICAN", -6.0)]), tok(" .", -0.1)))]}}
+    out = judge(collected(good(), long={"red": lost, "blue": words("It is WALRUS .")}, anchored=anchored), CFG, base)
+    assert (out.failed_mode, out.detector) == ("long", "divergence"), out.detail
 
 
-def test_near_ties_everywhere_are_ok_even_with_low_agreement():
+def test_near_tie_then_gibberish_fails_the_judge():
+    """Path 2 through judge(): the old test 'near ties everywhere are ok even with low agreement'
+    passed this; with the teacher-forced continuation the trial fails by divergence."""
+    base_story, tri_story, anchored = flip_then([tok(" c", -0.1), tok(" qq", -0.3, [(" qq", -0.3), (" d", -3.5)]), tok(" rr", -0.3)])
     base, tri = good(), good()
-    for k in ("story", "capital"):
-        base[k], tri[k] = near_tie_variant(GOOD[k])
-    base["capital"].text = tri["capital"].text = "Paris"  # keep the task answer on both sides
-    out = judge(collected(tri), CFG, collected(base))
-    assert out.passed, out.detail
-    assert out.values["agreement"] == pytest.approx((1 + 1 + 0.5 + 0.5) / 4)
-    assert out.values["topk_consistency"] == 1.0 and out.values["diverged"] == "2/4"
-    assert out.values["max_divergence_gap"] == pytest.approx(0.2)
+    base["story"], tri["story"] = base_story, tri_story
+    out = judge(collected(tri, concurrent={}, anchored={"single": {"story": anchored}}), CFG, collected(base))
+    assert (out.passed, out.failed_mode, out.detector) == (False, "single", "divergence"), out.detail
+    assert "teacher-forced from token 3" in out.detail
+
+
+def test_low_agreement_alone_fails():
+    """Every divergence a near-tie, but the trial reproduces little of the baseline: each
+    teacher-forced continuation flips again at once."""
+    cfg = spec.Probes(max_tokens=24, concurrency=1, gate_items=0, max_reanchors=3)
+    base, tri = good(), good()
+    flip = lambda a, b: tok(a, -0.6, [(a, -0.6), (b, -0.7)])  # noqa: E731
+    base["story"] = reply(flip("a", "x"), flip(" b", " y"), flip(" c", " z"), flip(" d", " w"))
+    tri["story"] = reply(flip("x", "a"), tok(" x2", -0.1))
+    anchored = {"story": [(1, reply(flip(" y", " b"))), (2, reply(flip(" z", " c"))), (3, reply(flip(" w", " d")))]}
+    c = collected(tri, concurrent={}, anchored={"single": anchored})
+    for k in ("arith", "capital", "json"):  # other replies also flip at once, with no re-anchoring left
+        base[k] = reply(flip("a", "x"), *[tok(" ok", -0.1)] * 3)
+        c["results"]["single"][k] = reply(flip("x", "a"), *[tok(" ok", -0.1)] * 3)
+        base[k].text = c["results"]["single"][k].text = GOOD[k]
+    c["results"]["long"] = {}
+    out = judge(c, cfg, collected(base))
+    assert (out.passed, out.detector) == (False, "low_agreement"), out.detail
+    assert out.values["topk_consistency"] == 1.0 and out.values["agreement"] < cfg.min_agreement
 
 
 def test_one_real_divergence_in_four_fails_by_divergence():
@@ -232,38 +340,67 @@ def test_one_real_divergence_in_four_fails_by_divergence():
     tri["story"] = reply(*[tok(w, -0.3, [(w, -0.3)]) for w in ["zq", "vv", "kk", "pp"]])
     out = judge(collected(tri, concurrent={}), CFG, collected(base))
     assert (out.passed, out.failed_mode, out.detector) == (False, "single", "divergence")
-    assert out.values["topk_consistency"] == 0.75 and out.values["max_divergence_gap"] == "inf"
-    assert out.detail.startswith("token agreement 0.75 (need 0.5), top-k consistency 0.75 (need 0.9); story: diverged at token 0")
+    assert out.values["max_divergence_gap"] == "inf"
+    assert out.detail.startswith("1/6 replies diverge from the baseline beyond a near-tie")
+    assert "single / story: diverged at token 0" in out.detail
     assert out.evidence[1].startswith("  baseline: 'there")
 
 
-def test_low_agreement_with_any_real_divergence_fails():
-    cfg = spec.Probes(max_tokens=24, concurrency=1, min_topk_consistency=0.7, min_agreement=0.8)
+def test_one_lost_task_of_three_fails():
+    """Path 3: the old default let one task in three go (max_task_drop 0.34)."""
     base, tri = good(), good()
-    tri["story"] = reply(*[tok(w, -0.3) for w in ["zq", "vv"]])            # inconsistent
-    base["json"], tri["json"] = near_tie_variant('{"a": 1}')               # consistent, agreement 0.5
-    base["json"].text = tri["json"].text = '{"a": 1}'
-    out = judge(collected(tri, concurrent={}), cfg, collected(base))
-    assert out.detector == "divergence" and out.values["agreement"] == pytest.approx(0.625)
+    tri["capital"] = reply(tok("The", -0.1), tok(" capital", -0.1), tok(" is", -0.1), tok(" Lyon", -0.2, [(" Lyon", -0.2), (" Paris", -0.4)]))
+    base["capital"] = reply(tok("The", -0.1), tok(" capital", -0.1), tok(" is", -0.1), tok(" Paris", -0.3, [(" Paris", -0.3), (" Lyon", -0.35)]),
+                            tok(" .", -0.1, [(" .", -0.1), ("!", -5.0)]))
+    anchored = {"single": {"capital": [(4, reply(tok("!", -0.1, [("!", -0.1), (" .", -6.0)])))]}}
+    out = judge(collected(tri, concurrent={}, anchored=anchored), CFG, collected(base))
+    assert (out.failed_mode, out.detector) == ("single", "divergence"), out.detail
+    # a task lost at a near-tie whose whole answer stays near-tied is the tie's, not the engine's
+    anchored = {"single": {"capital": [(4, reply(tok(" .", -0.1)))]}}
+    ok = judge(collected(tri, concurrent={}, anchored=anchored), CFG, collected(base))
+    assert ok.passed, ok.detail
+    # without teacher forcing to show it, the lost task fails
+    strict = judge(collected(tri, concurrent={}), CFG, collected(base))
+    assert strict.passed is False
 
 
-def test_task_accuracy_drop_beyond_margin_fails():
-    base, tri = good(), good()
-    tri["arith"], tri["capital"] = words("2 + 3 = 6"), words("Lyon")
-    cfg = spec.Probes(max_tokens=24, concurrency=1, min_topk_consistency=0.0, min_agreement=0.0)
-    out = judge(collected(tri, concurrent={}), cfg, collected(base))
-    assert (out.failed_mode, out.detector) == ("single", "task_accuracy")
-    assert out.detail == "tasks right 1/3 vs baseline 3/3 (allowed drop 34%)"
-    # one miss of three is within the default margin
-    tri["capital"] = words("The capital is Paris .")
-    assert judge(collected(tri, concurrent={}), cfg, collected(base)).passed
-
-
-def test_concurrent_copies_must_match_single_answers():
-    conc = {f"{k}#0": v for k, v in good().items()}
-    conc["arith#0"] = reply(*[tok(w, -0.2, [(w, -0.2)]) for w in ["7", "8"]])
+def test_two_garbage_copies_of_24_concurrent_fail():
+    """Path 4: the old judge tolerated 10 % inconsistent concurrent copies."""
+    conc = {f"{k}#{i}": words(GOOD[k]) for k in GOOD for i in range(6)}
+    conc["arith#3"] = reply(*[tok(w, -0.2, [(w, -0.2)]) for w in ["7", "8"]])
+    conc["story#5"] = reply(*[tok(w, -0.2, [(w, -0.2)]) for w in ["zq", "vv", "kk"]])
     out = judge(collected(good(), concurrent=conc), CFG, None)
-    assert (out.failed_mode, out.detector, out.values["concurrent_consistency"]) == ("concurrent", "concurrency_divergence", 0.75)
+    assert (out.failed_mode, out.detector) == ("concurrent", "concurrency_divergence")
+    assert out.values["concurrent_consistency"] == round(22 / 24, 3)
+    assert out.detail.startswith("2 of 24 concurrent copies differ")
+
+
+def test_bench_shaped_mode_is_judged_and_named():
+    base, tri = collected(good(), **{"bench c=32": {"arith#0": words("2 + 3 = 5")}}), collected(good(), **{"bench c=32": {"arith#0": reply(
+        *[tok(w, -0.2, [(w, -0.2)]) for w in ["so", "me", "th"]])}})
+    out = judge(tri, CFG, base)
+    assert (out.failed_mode, out.detector) == ("bench c=32", "divergence")
+
+
+def test_task_gate_is_a_paired_significance_test_with_intervals():
+    cfg = spec.Probes(gate_items=40, concurrency=1, min_gate_accuracy=0.0)
+    items = probes.gate_items(40)
+    assert items == probes.gate_items(40) and len({p.text for p in items}) == 40  # deterministic, distinct
+    answer = lambda p: words(str(eval(re.search(r"What is (\d+ \+ \d+)", p.text).group(1)))  # noqa: E731,S307
+                             if p.id.startswith("gate:add") else re.sub(r"\\", "", p.answer))
+    right = {p.id: answer(p) for p in items}
+    assert all(probes._task_right(p, right) for p in items)
+    wrong = {p.id: words("I do not know .") for p in items}
+    half = {p.id: (right if i % 2 else wrong)[p.id] for i, p in enumerate(items)}
+    base = collected(good(), gate=half)
+    out = judge(collected(good(), gate=wrong), cfg, base)
+    assert (out.failed_mode, out.detector) == ("gate", "task_gate")
+    assert out.values["gate_lost"] == 20 and out.values["gate_p"] < 1e-5
+    assert out.values["gate_ci95_baseline"] == [0.352, 0.648]  # Wilson, 20/40
+    # the same accuracy on different items is no evidence of being worse
+    swapped = {p.id: (wrong if i % 2 else right)[p.id] for i, p in enumerate(items)}
+    same = judge(collected(good(), gate=swapped), cfg, base)
+    assert same.passed and same.values["gate_p"] > 0.5
 
 
 def test_task_score_kinds():
@@ -273,17 +410,53 @@ def test_task_score_kinds():
     assert probes.task_score(PROMPTS, res) == (2, 3)
 
 
+def test_engine_without_logprobs_lists_the_checks_that_could_not_run():
+    plain = {k: Result(text=v) for k, v in GOOD.items()}
+    long = {"red": Result(text="PELICAN"), "blue": Result(text="WALRUS")}
+    out = judge(collected(plain, long=long), CFG, collected(dict(plain), long=dict(long)), expect_logprobs=False)
+    assert out.passed and "teacher-forced continuation" in out.checks_not_run
+    assert any(x.startswith("logprob near-tie test") for x in out.values["checks_not_run"])
+
+
 def test_prompt_set_variant_includes_its_parent():
     quick, long_cfg = probes.load_prompt_set("quick")
     full, full_long = probes.load_prompt_set("default")
     assert [p.id for p in quick] == ["arith", "capital", "story", "json"]
     assert long_cfg == full_long and {p.id for p in quick} < {p.id for p in full}
+    assert len(full_long["needles"]) == 4
+
+
+@pytest.mark.parametrize("content,match", [
+    ('include = "default"\nonly = ["arith", "nope"]\n', r"probes\.set: .*`only` names unknown prompt ids \['nope'\]"),
+    ('include = "default"\nonly = []\n', r"probes\.set: .* resolves to no prompts"),
+    ('[long]\nfiller = "x"\n', r"probes\.set: .* resolves to no prompts"),
+])
+def test_bad_probe_set_is_a_spec_error_naming_the_field(tmp_path, content, match):
+    """Path 7: a set whose `only` named unknown ids loaded as zero prompts and passed with 0/0."""
+    f = tmp_path / "set.toml"
+    f.write_text(content)
+    with pytest.raises(SpecError, match=match):
+        spec.parse({"name": "s", "engine": "llamacpp", "model": {"path": "m.gguf"}, "probes": {"set": str(f)}})
+
+
+def test_missing_probe_set_file_exits_2(tmp_path):
+    import subprocess
+    import sys
+
+    spec_file = tmp_path / "spec.toml"
+    spec_file.write_text(f'name = "x"\nengine = "llamacpp"\n[model]\npath = "{tmp_path / "m.gguf"}"\n'
+                         f'[probes]\nset = "{tmp_path / "missing.toml"}"\n')
+    cli = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec_file), "--out", str(tmp_path / "o")],
+                         capture_output=True, text=True, timeout=120)
+    assert cli.returncode == 2, cli.stdout + cli.stderr
+    assert "probes.set" in cli.stdout + cli.stderr and "does not exist" in cli.stdout + cli.stderr
 
 
 def test_results_roundtrip_through_json():
     c = collected(good())
-    back = probes.results_from_json(probes.results_to_json(c), "quick")
+    back = probes.results_from_json(probes.results_to_json(c, [{"level": "c=1", "lens": [3, 4], "repeats": []}]), "quick")
     assert back["results"]["single"]["arith"] == c["results"]["single"]["arith"]
+    assert back["bench"] == [{"level": "c=1", "lens": [3, 4], "repeats": []}]
 
 
 # ------------------------------------------------------------------ slow verdict, report, model axis
@@ -341,3 +514,103 @@ def test_collection_stops_early_only_on_unexcusable_findings():
     assert probes._unexcusable({"a": reply(tok(".", None))}, True) is True
     assert probes._unexcusable({"a": Result(error="HTTP 500: x")}, True) is True
     assert probes._unexcusable({"a": looping(), "b": words("fine")}, True) is False  # the baseline may excuse it
+
+
+# ------------------------------------------------------------------ the benchmark's replies (path 5)
+from bakeoff.measure import bench as benchmod  # noqa: E402
+
+
+def timed(text_tokens: list[str], lp=-0.1, finish="stop", error=None) -> Result:
+    r = reply(*[tok(w, lp) for w in text_tokens], error=error)
+    r.start, r.first_token, r.end, r.chunk_times, r.last_token = 0.0, 0.1, 1.0, [0.1, 0.5], 0.5
+    r.finish_reason, r.completion_tokens = finish, len(text_tokens)
+    return r
+
+
+def test_a_level_with_failed_requests_is_never_ranked_and_past_2_percent_is_a_fault():
+    ok = [timed(["a", " b", " c"]) for _ in range(49)]
+    one = benchmod.summarize("c=4", ok + [Result(error="HTTP 500: boom")], 1.0)
+    assert (one.valid, one.fault) == (False, None) and one.why_invalid.startswith("1/50 requests failed (2%)")
+    two = benchmod.summarize("c=4", ok[:48] + [Result(error="HTTP 500: boom")] * 2, 1.0)
+    assert (two.valid, two.fault) == (False, "bench_errors") and "more than 2% of the level" in two.why_invalid
+
+
+def test_nan_logprobs_in_a_bench_reply_are_a_fault():
+    nan = timed(["x"] * 3, lp=None)
+    lv = benchmod.summarize("c=32", [timed(["a", " b", " c"]), nan], 1.0)
+    assert (lv.valid, lv.fault) == (False, "nonfinite_logprobs")
+
+
+def test_bench_requests_ask_for_the_chosen_token_logprob_only():
+    cfg = spec.Bench()
+    body = benchmod.request_body(cfg, "hi", model=None, ignore_eos=False, logprobs=True)
+    assert body["logprobs"] is True and "top_logprobs" not in body
+    assert "logprobs" not in benchmod.request_body(cfg, "hi", model=None, ignore_eos=False)
+
+
+def test_bench_prompts_are_the_same_per_index(monkeypatch):
+    """Baseline and trial send the same prompt at the same request index, whatever the count."""
+    import asyncio
+
+    async def no_server(*a, **k):  # no /tokenize: prompts are cut by the word estimate
+        return None
+
+    monkeypatch.setattr(benchmod, "tokenize_ids", no_server)
+    five, by = asyncio.run(benchmod.make_prompts(None, "http://x", 5, 16, seed=3))
+    eight, _ = asyncio.run(benchmod.make_prompts(None, "http://x", 8, 16, seed=3))
+    assert by == "estimate" and eight[:5] == five and len(set(eight)) == 8
+
+
+def test_a_reply_far_shorter_than_the_baselines_is_an_early_stop_not_slow():
+    """Path 5: garbage that ended early under load was 'correct but slow'."""
+    base = benchmod.summarize("c=4", [timed(["w"] * 2 + [f" t{i}" for i in range(30)]) for _ in range(4)], 1.0).to_json()
+    short = [timed(["w"] * 2 + [f" t{i}" for i in range(30)]) for _ in range(3)] + [timed(["w", " t0", " t1"])]
+    lv = benchmod.check_against_baseline(benchmod.summarize("c=4", short, 1.0).to_json(), base)
+    assert (lv["valid"], lv["fault"]) == (False, "early_stop")
+    assert lv["why_invalid"].startswith("early_stop: 1/4 replies far shorter than the baseline's for the same request (request 3: 3 tokens vs 32")
+    # under ignore_eos every reply must reach max_tokens where the baseline's did
+    forced = benchmod.check_against_baseline(benchmod.summarize("c=4", short[:3] + [timed(["w"] * 2 + [f" t{i}" for i in range(25)])], 1.0).to_json(),
+                                             base, max_tokens=32, ignore_eos=True)
+    assert forced["fault"] == "early_stop"
+    same = benchmod.check_against_baseline(benchmod.summarize("c=4", short[:3] * 1 + [short[0]], 1.0).to_json(), base)
+    assert same["fault"] is None and same["valid"]
+
+
+def test_repetition_under_ignore_eos_is_excused_only_where_the_baseline_loops_too():
+    loop = timed(["Once"] + [" upon", " a", " time"] * 10)
+    fine = timed(["w"] * 2 + [f" t{i}" for i in range(30)])
+    base = benchmod.summarize("c=2", [loop, fine], 1.0, ignore_eos=True).to_json()
+    assert base["valid"] and base["repeats"] == [0]
+    same = benchmod.check_against_baseline(benchmod.summarize("c=2", [loop, fine], 1.0, ignore_eos=True).to_json(), base)
+    assert same["fault"] is None
+    new = benchmod.check_against_baseline(benchmod.summarize("c=2", [fine, loop], 1.0, ignore_eos=True).to_json(), base)
+    assert new["fault"] == "degenerate_repetition" and "requests [1] loop past EOS" in new["why_invalid"]
+
+
+def test_a_token_chosen_below_its_own_best_alternative_is_not_greedy():
+    """A greedy request whose chosen token is not the top of the server's own distribution: a
+    logit bias (what llama.cpp's --logit-bias does: logprobs are the model's, the choice is not)."""
+    r = reply(tok("The", -0.1), tok(" cat", -1.4, [(" dog", -0.5), (" cat", -1.4)]), tok(" sat", -0.1))
+    assert detect(r) == ["not_greedy: token 1 ' cat' (logprob -1.40) was chosen over ' dog' (-0.50) in a greedy request"]
+    eos = reply(tok("Paris", -0.1), tok("", -1.2, [(".", -0.4), ("", -1.2)]))
+    eos.finish_reason = "stop"
+    assert detect(eos)[0].startswith("early_stop: the reply ended at token 1 with EOS (logprob -1.20) though the model's own top "
+                                     "choice there was '.' (-0.40, 0.80 nats more likely)")
+    tie = reply(tok("a", -0.70, [("b", -0.69), ("a", -0.70)]))  # an exact-ish tie either way is greedy
+    assert detect(tie) == []
+
+
+def test_early_stop_gap_uses_the_baselines_own_eos_probability():
+    """The baseline's top-k tells how likely EOS was where the trial stopped: listed, the exact
+    gap; not listed in a full top-k, at least the gap to the last entry (SmolLM2 under an EOS
+    logit bias stopped where the baseline's token had p=0.34: 1-p allowed a tie, the top-5 did not)."""
+    def stopped_after(k):
+        r = words(" ".join("abcdefgh"[:k]))
+        r.finish_reason = "stop"
+        return r
+    listed = reply(tok("a", -0.1), tok("b", -0.6, [("b", -0.6), ("", -1.0), ("c", -2.0)]))
+    d = compare(listed, stopped_after(1), top_k=5)
+    assert d.consistent and d.gap == pytest.approx(0.4)
+    unlisted = reply(tok("a", -0.1), tok("b", -1.08, [("b", -1.08), ("c", -1.5), ("d", -2.0), ("e", -3.0), ("f", -4.0)]))
+    d = compare(unlisted, stopped_after(1), top_k=5)
+    assert (d.early_stop, d.consistent) == (True, False) and d.gap == pytest.approx(2.92)

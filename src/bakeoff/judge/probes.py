@@ -1,12 +1,35 @@
-"""Correctness probes: absolute detectors, differential comparison against the baseline, tasks.
+"""Correctness probes: absolute detectors, absolute floors, the differential comparison against
+the baseline over the whole answer, and a task gate with statistics.
 
-The probe set runs three ways — one request at a time, one long prompt near the context
-length, and N concurrent copies — because garbage often appears only under one of them. The
-result says which way failed and which detector fired, with the measured values.
+The probe set runs in several modes, because garbage often appears only under one of them:
+``single`` (one request at a time), ``long`` (one request per needle in a document that fills
+most of the served context), ``concurrent`` (N copies of the set at once), ``bench c=N`` (the
+benchmark's largest concurrency and prompt length, the shape the winner is ranked under) and
+``gate`` (a generated set of arithmetic and retrieval items, scored with an interval and
+compared with the baseline by a paired significance test). The outcome names the mode that
+failed, the detector that fired and the measured values; ``checks_not_run`` lists the checks the
+engine could not support (e.g. no logprobs).
 
-Exact text equality is not correctness: a healthy backend may change a greedy continuation
-where two tokens are near-tied. So the differential check asks, at the first divergence,
-whether each side's token is in the other's top-k and how large the logprob gap is.
+Nothing passes without evidence of being right: ``absolute_floors`` applies to every trial, the
+baseline included (a baseline below them is ``baseline_below_floor``: nothing known-good exists).
+
+Exact text equality is not correctness: a healthy backend may change a greedy continuation where
+two tokens are near-tied. So at a divergence the differential asks whether each side's token is
+in the other's top-k within a small logprob gap, and then *keeps comparing*: it re-anchors the
+trial on the baseline's tokens up to and including the divergence (teacher forcing, one request
+per divergence) and judges the continuation the same way, so a reply that flips at a near-tie
+and then degrades fails. A reply that stops early (EOS where the baseline's own token was far
+more likely than any alternative) or is truncated is not "a prefix": it is an ``early_stop``.
+
+Thresholds (measured on the real engine, docs/notes/judge-thresholds.md; SmolLM2-135M Q4_1 on
+llama.cpp, CPU, healthy changes vs the baseline: A/A, flash attention, threads, batch sizes, KV
+q8_0 + flash attention; threads and batch sizes not finished in time):
+  * ``max_tie_gap`` 1.5 nats: the largest healthy gap at a divergence was 0.20 (flash attention);
+    broken models diverge at inf (token outside the top-k) or stop ≥ 2 nats from EOS.
+  * ``min_agreement`` 0.6 (whole answers, teacher-forced): healthy means 0.87–1.00.
+  * ``gate_alpha`` 0.01 (one-sided exact McNemar): healthy runs lost ≤ 2 of 80 items (p ≥ 0.5).
+  * ``GREEDY_SLACK`` 0.05 nats: every healthy greedy choice was its own top entry.
+  * floors: tasks 60 % (SmolLM2: 100 %), gate 15 % (SmolLM2: 46–49 %), needles 1 (SmolLM2: 1–3 of 4).
 """
 
 from __future__ import annotations
@@ -14,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import random
 import re
 import tomllib
 import unicodedata
@@ -22,7 +46,7 @@ from importlib import resources
 from pathlib import Path
 
 from bakeoff.measure.client import Result, chat_body, new_session, stream_request, tokenize
-from bakeoff.spec import Probes
+from bakeoff.spec import Bench, Probes
 
 # -- the prompt set ---------------------------------------------------------------------
 
@@ -35,21 +59,100 @@ class Prompt:
     json: bool = False
 
 
+class ProbeSetError(ValueError):
+    """A probe set that cannot be used: missing file, unknown ids in ``only``, no prompts."""
+
+
 def load_prompt_set(name: str) -> tuple[list[Prompt], dict]:
     """A built-in set by name, or a TOML file. A set may ``include`` another and keep ``only``
-    some of its prompt ids; its own ``[[prompt]]`` entries and ``[long]`` are added on top."""
+    some of its prompt ids; its own ``[[prompt]]`` entries and ``[long]`` are added on top.
+    Raises ProbeSetError for a missing file, unknown ``only`` ids, or a set without prompts."""
     if name.endswith(".toml"):
-        data = tomllib.loads(Path(name).read_text())
+        path = Path(name)
+        if not path.is_file():
+            raise ProbeSetError(f"probe set file {name!r} does not exist")
+        text = path.read_text()
     else:
-        data = tomllib.loads(resources.files("bakeoff.data.probes").joinpath(f"{name}.toml").read_text())
+        res = resources.files("bakeoff.data.probes").joinpath(f"{name}.toml")
+        if not res.is_file():
+            known = sorted(p.name[:-5] for p in resources.files("bakeoff.data.probes").iterdir() if p.name.endswith(".toml"))
+            raise ProbeSetError(f"no built-in probe set {name!r} (known: {', '.join(known)}; or a path ending in .toml)")
+        text = res.read_text()
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ProbeSetError(f"probe set {name!r} is not valid TOML: {err}") from None
     prompts: list[Prompt] = []
     long_cfg: dict = {}
     if "include" in data:
         prompts, long_cfg = load_prompt_set(data["include"])
         if "only" in data:
+            unknown = [i for i in data["only"] if i not in {p.id for p in prompts}]
+            if unknown:
+                raise ProbeSetError(f"probe set {name!r}: `only` names unknown prompt ids {unknown} "
+                                    f"(known in {data['include']!r}: {', '.join(p.id for p in prompts)})")
             prompts = [p for p in prompts if p.id in data["only"]]
-    prompts = prompts + [Prompt(**p) for p in data.get("prompt", [])]
-    return prompts, data.get("long", long_cfg)
+    elif "only" in data:
+        raise ProbeSetError(f"probe set {name!r}: `only` needs `include` (the set it picks from)")
+    try:
+        prompts = prompts + [Prompt(**p) for p in data.get("prompt", [])]
+    except TypeError as err:
+        raise ProbeSetError(f"probe set {name!r}: a [[prompt]] entry is malformed: {err}") from None
+    if not prompts:
+        raise ProbeSetError(f"probe set {name!r} resolves to no prompts")
+    return prompts, _long_config(data.get("long", long_cfg))
+
+
+def _long_config(long_cfg: dict) -> dict:
+    """The long probe's needles; the old one-fact form (fact/question/answer) is one needle."""
+    if not long_cfg or "needles" in long_cfg:
+        return long_cfg
+    return {"filler": long_cfg["filler"], "intro": "", "needle": long_cfg["fact"], "question": long_cfg["question"],
+            "needles": [{"key": "fact", "word": long_cfg.get("answer", ""), "depth": 0.5}], "regex": True}
+
+
+# -- the task gate: generated items with checkable answers ------------------------------------
+
+_ANIMALS = "cat dog horse cow sheep lion tiger bear wolf fox owl crow".split()
+_DOORS = ["front", "back", "garage", "cellar", "garden", "kitchen"]
+
+
+def gate_items(n: int, seed: int = 0) -> list[Prompt]:
+    """``n`` deterministic items, half two-number additions, half retrieval with a distractor
+    (two passwords, one asked for). SmolLM2-135M solves about a third of each (measured: 13/40
+    additions, 6/16 retrievals), so the gate has room to fall and to rise."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        if i % 2 == 0:
+            a, b = rng.randint(2, 30), rng.randint(2, 30)
+            out.append(Prompt(f"gate:add{i}", f"What is {a} + {b}? Answer with just the number.", rf"(?<!\d){a + b}(?!\d)"))
+        else:
+            x, y = (f"{rng.choice(_ANIMALS)}{rng.randint(10, 99)}" for _ in range(2))
+            d1, d2 = rng.sample(_DOORS, 2)
+            out.append(Prompt(f"gate:pw{i}", f"The password for the {d1} door is {x}. The password for the {d2} door is {y}. "
+                                             f"What is the password for the {d1} door?", re.escape(x)))
+    return out
+
+
+def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """The Wilson score interval of k successes in n."""
+    if n == 0:
+        return (0.0, 1.0)
+    from scipy.stats import binomtest
+
+    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return (round(float(ci.low), 3), round(float(ci.high), 3))
+
+
+def mcnemar_worse(base_right: list[bool], trial_right: list[bool]) -> tuple[int, int, float]:
+    """Paired items: (lost, gained, one-sided exact McNemar p that the trial is worse)."""
+    from scipy.stats import binomtest
+
+    lost = sum(b and not t for b, t in zip(base_right, trial_right))
+    gained = sum(t and not b for b, t in zip(base_right, trial_right))
+    p = binomtest(lost, lost + gained, 0.5, alternative="greater").pvalue if lost + gained else 1.0
+    return lost, gained, float(p)
 
 
 # -- absolute detectors -----------------------------------------------------------------
@@ -70,6 +173,8 @@ def detect(res: Result, *, expect_logprobs: bool = True) -> list[str]:
                          f"(first at token {res.tokens.index(bad[0])}, {bad[0].get('token')!r})")
         if not res.tokens and text:
             found.append("missing_logprobs: logprobs requested, none returned")
+        if not bad and (skip := _not_greedy(res)):
+            found.append(skip)
     if not text.strip():
         found.append("empty: the reply has no text")
     if text:
@@ -83,6 +188,29 @@ def detect(res: Result, *, expect_logprobs: bool = True) -> list[str]:
     elif (rep := repetition(toks)) is not None:
         found.append(f"degenerate_repetition: {rep}")
     return found
+
+
+GREEDY_SLACK = 0.05  # nats; the chosen token's own logprob may sit this far below its best alternative
+
+
+def _not_greedy(res: Result) -> str | None:
+    """Every request bakeoff judges is greedy (temperature 0): each chosen token must be the top
+    of the server's own reported distribution. A token chosen below its best alternative means
+    something between the model and the sampler changed the choice (a logit bias, a broken
+    sampler, an EOS forced early): ``early_stop`` when that token ended the reply, else ``not_greedy``."""
+    for i, t in enumerate(res.tokens):
+        alts = [x.get("logprob") for x in (t.get("top_logprobs") or []) if _finite(x.get("logprob"))]
+        lp = t.get("logprob")
+        if not alts or not _finite(lp) or lp >= max(alts) - GREEDY_SLACK:
+            continue
+        best = max((x for x in t["top_logprobs"] if _finite(x.get("logprob"))), key=lambda x: x["logprob"])
+        gap = best["logprob"] - lp
+        if i == len(res.tokens) - 1 and res.finish_reason == "stop" and not (t.get("token") or "").strip():
+            return (f"early_stop: the reply ended at token {i} with EOS (logprob {lp:.2f}) though the model's own top choice "
+                    f"there was {best.get('token')!r} ({best['logprob']:.2f}, {gap:.2f} nats more likely)")
+        return (f"not_greedy: token {i} {t.get('token')!r} (logprob {lp:.2f}) was chosen over {best.get('token')!r} "
+                f"({best['logprob']:.2f}) in a greedy request")
+    return None
 
 
 def _finite(x) -> bool:
@@ -111,19 +239,34 @@ def repetition(toks: list, min_len: int = 24) -> str | None:
 
 @dataclass
 class Diff:
-    agreement: float          # common greedy prefix / longer length
-    consistent: bool          # identical, or diverged at a near-tie
+    agreement: float          # common greedy prefix / longer length (whole-answer: matched / baseline length)
+    consistent: bool          # identical, or every divergence a near-tie and no early stop
     diverge_at: int | None
     detail: str
-    gap: float | None = None  # the larger of the two logprob gaps at the first divergence
+    gap: float | None = None  # the largest logprob gap at a divergence
+    early_stop: bool = False  # the trial stopped (or was cut) well before the baseline
+    reanchored: int = 0       # divergences passed by teacher forcing the baseline's tokens
+    whole: bool = True        # the whole answer was judged (False: a near-tie with nothing shown past it)
 
 
-def compare(base: Result, trial: Result, *, top_k: int, tie_gap: float = 1.5) -> Diff:
-    """Greedy agreement of two replies to the same prompt, and whether their first divergence
-    is a near-tie: each side's token in the other's top-k, within ``tie_gap`` nats of its own
-    choice on both sides. A length difference alone (one reply a prefix of the other) is consistent."""
-    bt = [t.get("token") for t in base.tokens] or base.text.split()
-    tt = [t.get("token") for t in trial.tokens] or trial.text.split()
+def _toks(r: Result) -> list:
+    return [t.get("token") for t in r.tokens] if r.tokens else r.text.split()
+
+
+def compare(base: Result, trial: Result, *, top_k: int, tie_gap: float = 1.5, text_min_agreement: float = 0.9) -> Diff:
+    """Greedy agreement of two replies to the same prompt, judged at the first divergence.
+
+    * a divergence is consistent when each side's token is in the other's top-k within ``tie_gap``
+      nats of its own choice on both sides (a near-tie);
+    * the trial ending first (a prefix of the baseline) is consistent only when the baseline's
+      token there was itself near-tied with stopping: its probability p leaves at most 1-p for
+      EOS, so the gap is at least log p - log(1-p); above ``tie_gap`` it is an early stop. A
+      trial cut by length before the baseline is truncated;
+    * without logprobs (e.g. transformers serve) no near-tie can be shown, so the text test is
+      stricter: consistent only when ``text_min_agreement`` of the words agree and the trial
+      is not the shorter one by more than a quarter.
+    """
+    bt, tt = _toks(base), _toks(trial)
     n = 0
     while n < min(len(bt), len(tt)) and bt[n] == tt[n]:
         n += 1
@@ -131,11 +274,15 @@ def compare(base: Result, trial: Result, *, top_k: int, tie_gap: float = 1.5) ->
     agreement = n / longest
     if n == len(bt) == len(tt):
         return Diff(1.0, True, None, "identical")
-    if n == min(len(bt), len(tt)):
-        # one is a prefix of the other: a length difference only (e.g. an EOS tie)
-        return Diff(agreement, True, n, f"same tokens, lengths {len(bt)} vs {len(tt)}")
-    if not base.tokens or not trial.tokens:
-        return Diff(agreement, agreement >= 0.5, n, f"diverged at token {n} (no logprobs to judge)")
+    logprobs = bool(base.tokens and trial.tokens)
+    if n == len(tt) < len(bt):  # the trial ended first
+        return _shorter(base, trial, n, agreement, tie_gap, logprobs, top_k)
+    if n == len(bt) < len(tt):  # the baseline ended first: the trial went on (the detectors judge what it said)
+        return Diff(agreement, True, n, f"same tokens, lengths {len(bt)} vs {len(tt)} (the trial went on)")
+    if not logprobs:
+        ok = agreement >= text_min_agreement
+        return Diff(agreement, ok, n, f"diverged at word {n} of {longest} (no logprobs: text agreement {agreement:.2f}, "
+                                      f"need {text_min_agreement})")
     b, t = base.tokens[n], trial.tokens[n]
     b_top = {x.get("token"): x.get("logprob") for x in (b.get("top_logprobs") or [])[:top_k]}
     t_top = {x.get("token"): x.get("logprob") for x in (t.get("top_logprobs") or [])[:top_k]}
@@ -153,6 +300,36 @@ def compare(base: Result, trial: Result, *, top_k: int, tie_gap: float = 1.5) ->
     return Diff(agreement, consistent, n, detail, gap)
 
 
+# how engines spell an end-of-sequence token in a top_logprobs list (llama.cpp: the empty string)
+EOS_TEXTS = {"", "<|im_end|>", "</s>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "<|end_of_text|>", "<eos>"}
+
+
+def _shorter(base: Result, trial: Result, n: int, agreement: float, tie_gap: float, logprobs: bool,
+             top_k: int = 5) -> Diff:
+    """The trial is a strict prefix of the baseline: an EOS near-tie, or an early stop."""
+    nb = len(_toks(base))
+    if trial.finish_reason == "length":
+        return Diff(agreement, False, n, f"truncated: cut by length after {n} tokens, the baseline gave {nb}", early_stop=True)
+    if logprobs:
+        lp = base.tokens[n].get("logprob")
+        if _finite(lp):
+            p = math.exp(lp)
+            gap = max(0.0, lp - math.log1p(-p)) if p < 1 else math.inf  # EOS had at most 1-p
+            top = [x for x in (base.tokens[n].get("top_logprobs") or []) if _finite(x.get("logprob"))]
+            eos = [x["logprob"] for x in top if (x.get("token") or "").strip() in EOS_TEXTS]
+            if eos:  # the baseline's own EOS probability there: the exact gap
+                gap = max(0.0, lp - max(eos))
+            elif len(top) >= top_k:  # EOS was not among the baseline's top-k: below the last of them
+                gap = max(gap, lp - min(x["logprob"] for x in top))
+            ok = gap <= tie_gap
+            return Diff(agreement, ok, n, f"{'stopped at a near-tie' if ok else 'early stop'}: the trial ended after {n} tokens, "
+                                          f"the baseline went on with {base.tokens[n].get('token')!r} (p={p:.2f}, gap to EOS "
+                                          f"≥ {gap:.2f}, limit {tie_gap}) to {nb} tokens", gap, early_stop=not ok)
+    ok = n >= 0.75 * nb
+    return Diff(agreement, ok, n, f"the trial ended after {n} words, the baseline gave {nb}" + ("" if ok else " (early stop)"),
+                early_stop=not ok)
+
+
 def _gap(chosen, other) -> float:
     """How much more likely a side found its own token than the other side's (inf: unknown)."""
     if not (_finite(chosen) and _finite(other)):
@@ -160,17 +337,57 @@ def _gap(chosen, other) -> float:
     return max(0.0, chosen - other)
 
 
-# -- running the probes -------------------------------------------------------------------
+def _tail(r: Result, k: int) -> Result:
+    """The reply from token ``k`` on (for comparing a teacher-forced continuation)."""
+    toks = r.tokens[k:]
+    return Result(text="".join(t.get("token") or "" for t in toks), tokens=toks, logprobs_requested=r.logprobs_requested,
+                  finish_reason=r.finish_reason)
+
+
+def compare_whole(base: Result, trial: Result, anchored: list[tuple[int, Result]], *, top_k: int, tie_gap: float,
+                  text_min_agreement: float = 0.9) -> Diff:
+    """The whole answer: the first divergence, then each teacher-forced continuation (the
+    trial's reply given the baseline's tokens up to ``k``) against the baseline from ``k`` on.
+    Agreement is the share of the baseline's tokens the trial reproduced greedily."""
+    d = compare(base, trial, top_k=top_k, tie_gap=tie_gap, text_min_agreement=text_min_agreement)
+    nb = max(len(_toks(base)), 1)
+    if d.diverge_at is not None and d.diverge_at >= nb:  # the trial went on past the baseline's end
+        d.agreement = 1.0
+    if not d.consistent or d.diverge_at is None or d.early_stop or d.diverge_at >= nb:
+        return d
+    if not anchored:  # nothing shown past the divergence (no teacher forcing): not a whole answer
+        d.whole = d.diverge_at >= nb - 1
+        return d
+    matched, gaps, details = d.diverge_at, [d.gap or 0.0], [d.detail]
+    for k, cont in anchored:
+        sub = compare(_tail(base, k), cont, top_k=top_k, tie_gap=tie_gap)
+        matched += sub.diverge_at if sub.diverge_at is not None else len(_toks(cont))
+        gaps.append(sub.gap or 0.0)
+        if not sub.consistent:
+            detail = f"after a near-tie at token {d.diverge_at}, teacher-forced from token {k}: {_shift(sub.detail, k)}"
+            return Diff(matched / nb, False, d.diverge_at, detail, max(gaps), sub.early_stop, len(anchored))
+        if sub.diverge_at is not None and sub.detail.startswith("same tokens"):
+            break
+        details.append(_shift(sub.detail, k))
+    return Diff(min(1.0, matched / nb), True, d.diverge_at, "; then ".join(details), max(gaps), False, len(anchored))
+
+
+def _shift(detail: str, k: int) -> str:
+    return re.sub(r"token (\d+)", lambda m: f"token {int(m.group(1)) + k}", detail, count=1)
+
+
+# -- the outcome --------------------------------------------------------------------------
 
 
 @dataclass
 class ProbeOutcome:
     passed: bool
-    failed_mode: str | None = None   # single | long | concurrent
+    failed_mode: str | None = None   # single | long | concurrent | bench c=N | gate
     detector: str | None = None
     detail: str = ""
     values: dict = field(default_factory=dict)
     evidence: list[str] = field(default_factory=list)  # lines that show the failure
+    checks_not_run: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -199,36 +416,142 @@ def _is_json_object(text: str) -> bool:
         return False
 
 
+def needle_found(long_cfg: dict, key: str, text: str) -> bool:
+    word = next(n["word"] for n in long_cfg["needles"] if n["key"] == key)
+    pattern = word if long_cfg.get("regex") else re.escape(word)
+    return re.search(pattern, text, re.IGNORECASE) is not None
+
+
+# -- absolute floors: evidence of being right, for every trial (the baseline included) ---------
+
+
+def absolute_floors(collected: dict, cfg: Probes) -> list[str]:
+    """Findings 'floor_name: evidence' where this server's own answers fall below what any
+    healthy model of the family must reach, whatever the baseline did:
+
+    * ``task_floor``: the probe set's checkable tasks right < ``min_task_accuracy``;
+    * ``json_floor``: a JSON prompt answered with no JSON object;
+    * ``gate_floor``: the task gate's accuracy < ``min_gate_accuracy`` (with its Wilson interval);
+    * ``long_floor``: fewer than ``min_needles`` of the long document's needles found.
+    """
+    res = collected["results"]
+    prompts: list[Prompt] = collected["prompts"]
+    found = []
+    right, total = task_score(prompts, res.get("single", {}))
+    if total and right / total < cfg.min_task_accuracy:
+        missed = [p.id for p in prompts if (p.answer or p.json) and not _task_right(p, res.get("single", {}))]
+        found.append(f"task_floor: {right}/{total} checkable tasks right (floor {cfg.min_task_accuracy:.0%}); missed {missed}")
+    for p in prompts:
+        cut = p.id in res.get("single", {}) and res["single"][p.id].finish_reason == "length"
+        if cut and res["single"][p.id].text.lstrip().startswith("{"):
+            continue  # a JSON object cut at max_tokens is no evidence either way
+        if p.json and p.id in res.get("single", {}) and not _task_right(p, res["single"]):
+            found.append(f"json_floor: prompt {p.id} asked for a JSON object, got {res['single'][p.id].text[:80]!r}")
+    gate = res.get("gate") or {}
+    if gate:
+        items = gate_items(cfg.gate_items, cfg.gate_seed)
+        k = sum(_task_right(p, gate) for p in items)
+        lo, hi = wilson(k, len(items))
+        if k / len(items) < cfg.min_gate_accuracy:
+            found.append(f"gate_floor: task gate {k}/{len(items)} right ({k / len(items):.0%}, 95% CI {lo:.0%}–{hi:.0%}), "
+                         f"floor {cfg.min_gate_accuracy:.0%}")
+    long_cfg = collected.get("long") or {}
+    if res.get("long") and long_cfg.get("needles"):
+        keys = [key for key in res["long"]]
+        hits = sum(needle_found(long_cfg, k, res["long"][k].text) for k in keys)
+        need = min(cfg.min_needles, len(keys))
+        if hits < need:
+            found.append(f"long_floor: {hits}/{len(keys)} needles found in the long document (floor {need}); "
+                         f"e.g. {keys[0]}: {res['long'][keys[0]].text[:80]!r}")
+    return found
+
+
+# -- running the probes -------------------------------------------------------------------
+
+# Detectors that can be the model's own behaviour on a prompt (SmolLM2 loops on some): in a
+# trial they count only where the baseline did not show the same thing on the same prompt.
+MODEL_BEHAVIOUR = ("degenerate_repetition", "all_same_token", "empty", "bad_characters")
+DIFF_MODES = ("single", "long")  # and every "bench c=N" mode: compared with the baseline reply by reply
+
+
 def _unexcusable(results: dict[str, Result], expect_logprobs: bool) -> bool:
     """A finding no baseline can excuse (NaN, errors, missing logprobs): no need to probe on."""
     return any(_name(f) not in MODEL_BEHAVIOUR for r in results.values() for f in detect(r, expect_logprobs=expect_logprobs))
 
 
+def bench_mode(bench: Bench | None) -> str | None:
+    """The probe mode shaped like the benchmark's heaviest level: ``bench c=N``."""
+    return f"bench c={max(bench.concurrency)}" if bench is not None else None
+
+
 async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int | None, timeout_s: float,
-                   expect_logprobs: bool = True) -> dict:
-    """Single requests, then the long prompt, then N concurrent copies; a mode that shows a
-    finding no baseline can excuse ends the collection there."""
+                   expect_logprobs: bool = True, bench: Bench | None = None, baseline: dict | None = None) -> dict:
+    """Single requests, the long document, N concurrent copies, the benchmark-shaped batch and
+    the task gate; then, against the baseline, the teacher-forced continuations. A mode that
+    shows a finding no baseline can excuse ends the collection there."""
     prompts, long_cfg = load_prompt_set(cfg.set)
     url = base_url + "/v1/chat/completions"
+    top = cfg.top_logprobs if expect_logprobs else -1
 
     def body(text: str, max_tokens: int | None = None) -> dict:
         return chat_body([{"role": "user", "content": text}], max_tokens=max_tokens or cfg.max_tokens,
-                         top_logprobs=cfg.top_logprobs, model=model)
+                         top_logprobs=top, model=model)
 
     out: dict[str, dict[str, Result]] = {"single": {}, "long": {}, "concurrent": {}}
+    info: dict = {}
+    texts: dict[str, dict[str, str]] = {"single": {p.id: p.text for p in prompts}}
+    collected = {"prompts": prompts, "long": long_cfg, "results": out, "info": info, "texts": texts}
     async with new_session(timeout_s=timeout_s) as session:
         for p in prompts:
             out["single"][p.id] = await stream_request(session, url, body(p.text))
         if _unexcusable(out["single"], expect_logprobs):
-            return {"prompts": prompts, "long": long_cfg, "results": out}  # e.g. NaN: judged already
+            return collected  # e.g. NaN: judged already
         if long_cfg:
-            text = await _long_prompt(session, base_url, long_cfg, cfg, ctx_size)
-            out["long"]["long"] = await stream_request(session, url, body(text, 16))
-        if cfg.concurrency and not _unexcusable(out["long"], expect_logprobs):
+            texts["long"] = await _long_prompts(session, base_url, long_cfg, cfg, ctx_size, info)
+            for key, text in texts["long"].items():
+                out["long"][key] = await stream_request(session, url, body(text, cfg.long_max_tokens))
+            if _unexcusable(out["long"], expect_logprobs):
+                return collected
+        if cfg.concurrency:
             jobs = [(f"{p.id}#{i}", p.text) for i in range(cfg.concurrency) for p in prompts]
             results = await asyncio.gather(*(stream_request(session, url, body(t)) for _, t in jobs))
             out["concurrent"] = dict(zip((j for j, _ in jobs), results))
-    return {"prompts": prompts, "long": long_cfg, "results": out}
+            if _unexcusable(out["concurrent"], expect_logprobs):
+                return collected
+        mode = bench_mode(bench) if cfg.load_probe else None
+        if mode:
+            pad = await _pad_text(session, base_url, bench.input_tokens)
+            jobs = [(f"{p.id}#{i}", pad + p.text) for i, p in zip(range(max(bench.concurrency)), _cycle(prompts))]
+            results = await asyncio.gather(*(stream_request(session, url, body(t)) for _, t in jobs))
+            out[mode] = dict(zip((j for j, _ in jobs), results))
+            texts[mode] = dict(jobs)
+            info["bench_prompt"] = {"concurrency": len(jobs), "padding_tokens": bench.input_tokens}
+            if _unexcusable(out[mode], expect_logprobs):
+                return collected
+        if cfg.gate_items:
+            sem = asyncio.Semaphore(max(1, cfg.concurrency))
+
+            async def one(p: Prompt) -> Result:
+                async with sem:
+                    return await stream_request(session, url, body(p.text, cfg.gate_max_tokens))
+
+            items = gate_items(cfg.gate_items, cfg.gate_seed)
+            out["gate"] = dict(zip((p.id for p in items), await asyncio.gather(*(one(p) for p in items))))
+        if baseline is not None and expect_logprobs and cfg.max_reanchors:
+            collected["anchored"] = await _teacher_force(session, base_url, model, cfg, collected, baseline, info)
+    return collected
+
+
+def _cycle(prompts: list[Prompt]):
+    while True:
+        yield from prompts
+
+
+async def _pad_text(session, base_url: str, tokens: int) -> str:
+    """Neutral text of about ``tokens`` tokens put before each benchmark-shaped probe prompt."""
+    unit = "The weather was mild and the streets were quiet that day. "
+    per = await tokenize(session, base_url, unit) or 13
+    return unit * max(0, tokens // per) + "\n\n"
 
 
 async def served_context(session, base_url: str) -> int | None:
@@ -242,42 +565,178 @@ async def served_context(session, base_url: str) -> int | None:
         return None
 
 
-async def _long_prompt(session, base_url: str, long_cfg: dict, cfg: Probes, ctx_size: int | None) -> str:
+async def _long_prompts(session, base_url: str, long_cfg: dict, cfg: Probes, ctx_size: int | None, info: dict) -> dict[str, str]:
+    """One prompt per needle: the same document (filler with every needle at its depth) between
+    the intro and the question, sized so that prompt + answer fill ``long_fill`` of the served
+    context, measured in the server's tokens (chat template included where it can apply it)."""
     ctx = await served_context(session, base_url) or ctx_size
-    target = cfg.long_prompt_tokens or (int(ctx * 0.75) if ctx else 1024)
+    budget = cfg.long_prompt_tokens or (int(ctx * cfg.long_fill) - cfg.long_max_tokens if ctx else 1024)
     filler = long_cfg["filler"]
     per = await tokenize(session, base_url, filler) or max(1, len(filler) // 4)
-    reps = max(1, (target - 64) // per)
-    half = reps // 2
-    return filler * half + long_cfg["fact"] + " " + filler * (reps - half) + "\n\n" + long_cfg["question"]
+    needles = long_cfg["needles"]
+
+    def build(reps: int) -> dict[str, str]:
+        at: dict[int, list[str]] = {}
+        for n in needles:
+            at.setdefault(min(reps - 1, int(float(n.get("depth", 0.5)) * reps)), []).append(long_cfg["needle"].format(**n) + " ")
+        doc = "".join("".join(at.get(i, [])) + filler for i in range(reps))
+        return {n["key"]: (long_cfg.get("intro", "").format(**n) + "\n\n" + doc + "\n\n" + long_cfg["question"].format(**n)).strip()
+                for n in needles}
+
+    async def size(prompts: dict[str, str]) -> int | None:
+        text = max(prompts.values(), key=len)
+        templated = await _template(session, base_url, text)
+        n = await tokenize(session, base_url, templated or text)
+        return None if n is None else n + (0 if templated else 48)  # unknown template: a margin
+
+    reps = max(1, budget // per)
+    prompts = build(reps)
+    measured = await size(prompts)
+    while measured is not None and measured > budget and reps > 1:  # the needles and template take room too
+        reps = max(1, reps - max(1, (measured - budget) // per))
+        prompts = build(reps)
+        measured = await size(prompts)
+    info["long_context"] = {"served_context": ctx, "target_tokens": budget, "prompt_tokens": measured, "filler_repeats": reps}
+    return prompts
+
+
+async def _template(session, base_url: str, text: str) -> str | None:
+    """The chat-templated prompt text (llama.cpp ``/apply-template``), or None where the server
+    has none. A pooled keep-alive connection the server dropped is retried on a fresh one."""
+    import aiohttp
+
+    body = {"messages": [{"role": "user", "content": text}]}
+    for attempt in range(2):
+        try:
+            if attempt == 0:
+                async with session.post(base_url + "/apply-template", json=body) as resp:
+                    return await _template_answer(resp)
+            async with new_session(timeout_s=session.timeout.total, fresh=True) as fresh, \
+                    fresh.post(base_url + "/apply-template", json=body) as resp:
+                return await _template_answer(resp)
+        except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
+            continue
+        except Exception:  # noqa: BLE001 - anything else: unsupported
+            return None
+    return None
+
+
+async def _template_answer(resp) -> str | None:
+    if resp.status != 200:
+        return None
+    data = await resp.json(content_type=None)
+    return data.get("prompt") if isinstance(data, dict) else None
+
+
+async def _teacher_force(session, base_url: str, model: str | None, cfg: Probes, collected: dict, baseline: dict,
+                         info: dict) -> dict:
+    """For each reply that diverges from the baseline's at a near-tie, re-anchor the trial on the
+    baseline's tokens up to and including the divergence and collect its continuation; repeat
+    at the next near-tie, up to ``max_reanchors`` times. Returns {mode: {pid: [(k, Result)]}}."""
+    top_k = cfg.top_logprobs or 5
+    texts = _request_texts(collected)
+    anchored: dict = {}
+    url = base_url + "/v1/completions"
+    for mode, items in collected["results"].items():
+        if mode not in DIFF_MODES and not mode.startswith("bench "):
+            continue
+        for pid, r in items.items():
+            b = baseline["results"].get(mode, {}).get(pid)
+            if b is None or not b.ok or not r.ok or not b.tokens or not r.tokens or pid not in texts.get(mode, {}):
+                continue
+            d = compare(b, r, top_k=top_k, tie_gap=cfg.max_tie_gap)
+            if not d.consistent or d.diverge_at is None or d.early_stop or d.diverge_at >= min(len(b.tokens), len(r.tokens)):
+                continue
+            prefix = await _template(session, base_url, texts[mode][pid])
+            if prefix is None:
+                info.setdefault("checks_not_run", []).append(f"teacher-forced continuation of {mode}/{pid} "
+                                                             "(the server gave no chat template: /apply-template)")
+                continue
+            k = d.diverge_at + 1
+            for _ in range(cfg.max_reanchors):
+                if k >= len(b.tokens):
+                    break
+                forced = b.tokens[:k]
+                ids = [t.get("id") for t in forced]
+                prompt = [prefix, *ids] if all(isinstance(i, int) for i in ids) else prefix + "".join(t.get("token") or "" for t in forced)
+                body = {"prompt": prompt, "max_tokens": len(b.tokens) - k + 4, "temperature": 0.0, "seed": 0,
+                        "stream": True, "logprobs": top_k, "stream_options": {"include_usage": True}}
+                if model:
+                    body["model"] = model
+                cont = await stream_request(session, url, body, api="completions")
+                if cont.error or not cont.tokens:
+                    info.setdefault("checks_not_run", []).append(f"teacher-forced continuation of {mode}/{pid} "
+                                                                 f"({cont.error or 'no logprobs'})")
+                    break
+                anchored.setdefault(mode, {}).setdefault(pid, []).append((k, cont))
+                sub = compare(_tail(b, k), cont, top_k=top_k, tie_gap=cfg.max_tie_gap)
+                if not sub.consistent or sub.diverge_at is None or sub.diverge_at >= min(len(b.tokens) - k, len(cont.tokens)):
+                    break
+                k += sub.diverge_at + 1
+    return anchored
+
+
+def _request_texts(collected: dict) -> dict[str, dict[str, str]]:
+    return collected.get("texts", {})
 
 
 def run_probes(base_url: str, cfg: Probes, *, model: str | None = None, ctx_size: int | None = None,
-               timeout_s: float = 120, expect_logprobs: bool = True) -> dict:
-    """Run the probe set three ways against a ready server; return raw results per mode."""
-    return asyncio.run(_collect(base_url, cfg, model, ctx_size, timeout_s, expect_logprobs))
+               timeout_s: float = 120, expect_logprobs: bool = True, bench: Bench | None = None,
+               baseline: dict | None = None) -> dict:
+    """Run the probe set in every mode against a ready server; return raw results per mode."""
+    return asyncio.run(_collect(base_url, cfg, model, ctx_size, timeout_s, expect_logprobs, bench, baseline))
 
 
-# Detectors that can be the model's own behaviour on a prompt (SmolLM2 loops on some): in a
-# trial they count only where the baseline did not show the same thing on the same prompt.
-MODEL_BEHAVIOUR = ("degenerate_repetition", "all_same_token", "empty", "bad_characters")
-
-
-def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprobs: bool = True) -> ProbeOutcome:
+def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprobs: bool = True,
+          role: str = "trial") -> ProbeOutcome:
     """Turn collected results (and the baseline's, if any) into a pass/fail with evidence.
 
-    Order: absolute detectors in every mode; (with a baseline) greedy agreement and top-k
-    consistency per prompt, and task accuracy; concurrent copies vs this server's single
-    answers; the long-prompt task. The first failure decides; ``values`` holds what was measured.
+    ``role`` is ``baseline`` for the reference configuration itself: its floors failing is
+    ``baseline_below_floor`` (nothing known-good exists). The checks, in order; the first
+    failure decides and ``values`` holds everything measured up to there:
+      1. absolute detectors in every mode, zero tolerance (a model behaviour such as looping is
+         excused only where the baseline shows it on the same prompt);
+      2. absolute floors (``absolute_floors``), for every trial;
+      3. the whole-answer differential vs the baseline in single, long and bench modes;
+      4. tasks and needles the baseline got right, lost by a divergence that is not a near-tie;
+      5. the task gate: paired exact McNemar test vs the baseline;
+      6. concurrent copies vs this server's single answers, zero tolerance.
     """
     prompts: list[Prompt] = collected["prompts"]
-    texts = {p.id: p.text for p in prompts}
     res = collected["results"]
     base_res = baseline["results"] if baseline else None
-    top_k = cfg.top_logprobs or 5
     values: dict = {"requests": {mode: len(items) for mode, items in res.items() if items}}
-    # 1. absolute detectors, each mode
-    for mode, items in res.items():
+    info = collected.get("info") or {}
+    if info.get("long_context"):
+        values["long_context"] = info["long_context"]
+    not_run = list(dict.fromkeys(info.get("checks_not_run", [])))
+    if not expect_logprobs:
+        not_run += ["logprob near-tie test (the engine gives no logprobs: text compared strictly instead)",
+                    "nonfinite logprobs", "teacher-forced continuation"]
+    if base_res is None:
+        not_run.append("differential vs a baseline (none healthy to compare with)" if role != "baseline" else
+                       "differential (this is the baseline: judged by the detectors and the absolute floors)")
+
+    def fail(mode: str, detector: str, detail: str, evidence: list[str]) -> ProbeOutcome:
+        return ProbeOutcome(False, mode, detector, detail, values, evidence=evidence, checks_not_run=not_run)
+
+    for check in (_check_detectors, _check_floors, _check_differential, _check_tasks, _check_gate, _check_concurrent):
+        found = check(collected, cfg, baseline, values, expect_logprobs, role)
+        if found:
+            return fail(*found)
+    if not_run:
+        values["checks_not_run"] = not_run
+    return ProbeOutcome(True, values=values, detail=_summary(values), checks_not_run=not_run)
+
+
+def _texts(prompts: list[Prompt]) -> dict[str, str]:
+    return {p.id: p.text for p in prompts}
+
+
+def _check_detectors(collected, cfg, baseline, values, expect_logprobs, role):
+    texts = _texts(collected["prompts"])
+    base_res = baseline["results"] if baseline else None
+    for mode, items in collected["results"].items():
         for pid, r in items.items():
             found = detect(r, expect_logprobs=expect_logprobs)
             if base_res is not None and found:
@@ -285,76 +744,180 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
                 found = [f for f in found if not (_name(f) in MODEL_BEHAVIOUR and _name(f) in shown)]
             if found:
                 evidence = [f"{mode} / prompt {pid}: {found[0]}",
-                            f"prompt: {texts.get(pid.split('#')[0], '(long prompt)')[:100]!r}",
+                            f"prompt: {texts.get(pid.split('#')[0], '(generated prompt)')[:100]!r}",
                             f"reply: {r.text[:200]!r}"]
                 if r.tokens:
                     evidence.append("first tokens: " + ", ".join(f"{t.get('token')!r} {t.get('logprob')}" for t in r.tokens[:4]))
                 evidence += [f"also: {f}" for f in found[1:]]
-                return ProbeOutcome(False, mode, _name(found[0]), f"{mode} / prompt {pid}: {found[0]}; text {r.text[:120]!r}",
-                                    values, evidence=evidence)
-    # 2. differential vs baseline + tasks (single requests: the main signal)
-    if base_res is not None:
-        diffs = {p.id: compare(base_res["single"][p.id], res["single"][p.id], top_k=top_k, tie_gap=cfg.max_tie_gap)
-                 for p in prompts if p.id in base_res["single"] and base_res["single"][p.id].ok and p.id in res["single"]}
-        if diffs:
-            agree = sum(d.agreement for d in diffs.values()) / len(diffs)
-            cons = sum(d.consistent for d in diffs.values()) / len(diffs)
-            gaps = [d.gap for d in diffs.values() if d.gap is not None]
-            values.update(agreement=round(agree, 3), topk_consistency=round(cons, 3),
-                          diverged=f"{sum(d.diverge_at is not None for d in diffs.values())}/{len(diffs)}")
-            if gaps:
-                values["max_divergence_gap"] = round(max(gaps), 3) if math.isfinite(max(gaps)) else "inf"
-            bad = [(pid, d) for pid, d in diffs.items() if not d.consistent]
-            # near-ties alone never fail (a healthy kernel change flips them); a real
-            # divergence fails when there are too many, or when greedy agreement is low too
-            if cons < cfg.min_topk_consistency or (bad and agree < cfg.min_agreement):
-                evidence = []
-                for pid, d in bad[:4]:
-                    evidence += [f"{pid}: {d.detail}", f"  baseline: {base_res['single'][pid].text[:100]!r}",
-                                 f"  trial:    {res['single'][pid].text[:100]!r}"]
-                return ProbeOutcome(False, "single", "divergence",
-                                    f"token agreement {agree:.2f} (need {cfg.min_agreement}), top-k consistency {cons:.2f} "
-                                    f"(need {cfg.min_topk_consistency}); {bad[0][0]}: {bad[0][1].detail}", values, evidence=evidence)
-        right, total = task_score(prompts, res["single"])
-        bright, _ = task_score(prompts, base_res["single"])
-        values.update(task_accuracy=f"{right}/{total}", task_accuracy_baseline=f"{bright}/{total}")
-        if total and (bright - right) / total > cfg.max_task_drop:
-            missed = [p.id for p in prompts if _task_right(p, base_res["single"]) and not _task_right(p, res["single"])]
-            return ProbeOutcome(False, "single", "task_accuracy",
-                                f"tasks right {right}/{total} vs baseline {bright}/{total} (allowed drop {cfg.max_task_drop:.0%})",
-                                values, evidence=[f"{pid}: baseline {base_res['single'][pid].text[:80]!r}, trial {res['single'][pid].text[:80]!r}"
-                                                  for pid in missed])
-    else:
-        right, total = task_score(prompts, res["single"])
-        values["task_accuracy"] = f"{right}/{total}"
-    # 3. concurrent copies vs the same server's single answers (greedy: should agree)
-    agreements = {}
+                return mode, _name(found[0]), f"{mode} / prompt {pid}: {found[0]}; text {r.text[:120]!r}", evidence
+    return None
+
+
+def _check_floors(collected, cfg, baseline, values, expect_logprobs, role):
+    _gate_values(collected, cfg, values)
+    floors = absolute_floors(collected, cfg)
+    if not floors:
+        return None
+    mode = {"task": "single", "json": "single", "gate": "gate", "long": "long"}[_name(floors[0]).split("_")[0]]
+    if role == "baseline":
+        return (mode, "baseline_below_floor",
+                f"the baseline itself is below the absolute floors, so nothing known-good exists: {floors[0]}", floors)
+    return mode, _name(floors[0]), f"below the absolute floor: {floors[0]}", floors
+
+
+def _gate_values(collected, cfg, values) -> None:
+    gate = collected["results"].get("gate") or {}
+    if gate:
+        items = gate_items(cfg.gate_items, cfg.gate_seed)
+        k = sum(_task_right(p, gate) for p in items)
+        values["gate_accuracy"] = f"{k}/{len(items)}"
+        values["gate_ci95"] = list(wilson(k, len(items)))
+
+
+def _diff_modes(res: dict) -> list[str]:
+    return [m for m in res if m in DIFF_MODES or m.startswith("bench ")]
+
+
+def whole_diffs(collected: dict, baseline: dict, cfg: Probes) -> dict[tuple[str, str], Diff]:
+    """Every reply with a baseline counterpart (single, long, bench modes), judged whole."""
+    res, base_res = collected["results"], baseline["results"]
+    anchored = collected.get("anchored") or {}
+    top_k = cfg.top_logprobs or 5
+    out = {}
+    for mode in _diff_modes(res):
+        for pid, r in res[mode].items():
+            b = base_res.get(mode, {}).get(pid)
+            if b is None or not b.ok:
+                continue
+            out[(mode, pid)] = compare_whole(b, r, anchored.get(mode, {}).get(pid, []), top_k=top_k,
+                                             tie_gap=cfg.max_tie_gap, text_min_agreement=cfg.text_min_agreement)
+    return out
+
+
+def _check_differential(collected, cfg, baseline, values, expect_logprobs, role):
+    if baseline is None:
+        return None
+    diffs = whole_diffs(collected, baseline, cfg)
+    collected["_diffs"] = diffs
+    if not diffs:
+        return None
+    whole = [d for d in diffs.values() if d.whole]
+    agree = sum(d.agreement for d in whole) / len(whole) if whole else 1.0
+    cons = sum(d.consistent for d in diffs.values()) / len(diffs)
+    gaps = [d.gap for d in diffs.values() if d.gap is not None]
+    values.update(agreement=round(agree, 3), agreement_over=f"{len(whole)}/{len(diffs)} whole answers", topk_consistency=round(cons, 3),
+                  diverged=f"{sum(d.diverge_at is not None for d in diffs.values())}/{len(diffs)}",
+                  reanchored=sum(d.reanchored for d in diffs.values()))
+    if gaps:
+        values["max_divergence_gap"] = round(max(gaps), 3) if math.isfinite(max(gaps)) else "inf"
+    base_res, res = baseline["results"], collected["results"]
+
+    def show(keys):
+        ev = []
+        for mode, pid in keys[:4]:
+            d = diffs[(mode, pid)]
+            ev += [f"{mode} / {pid}: {d.detail}", f"  baseline: {base_res[mode][pid].text[:100]!r}",
+                   f"  trial:    {res[mode][pid].text[:100]!r}"]
+        return ev
+
+    early = [k for k, d in diffs.items() if d.early_stop]
+    if early:
+        mode, pid = early[0]
+        return mode, "early_stop", f"{mode} / {pid}: {diffs[early[0]].detail}", show(early)
+    bad = [k for k, d in diffs.items() if not d.consistent]
+    if bad:
+        mode, pid = bad[0]
+        return (mode, "divergence", f"{len(bad)}/{len(diffs)} replies diverge from the baseline beyond a near-tie "
+                                    f"(token agreement {agree:.2f}); {mode} / {pid}: {diffs[bad[0]].detail}", show(bad))
+    if agree < cfg.min_agreement:
+        low = sorted((k for k in diffs if diffs[k].whole), key=lambda k: diffs[k].agreement)
+        return (low[0][0], "low_agreement", f"whole-answer token agreement {agree:.2f} with the baseline "
+                                            f"(need {cfg.min_agreement}), though each divergence was a near-tie", show(low))
+    return None
+
+
+def _check_tasks(collected, cfg, baseline, values, expect_logprobs, role):
+    """A task (or needle) the baseline got right and the trial lost fails unless the trial's
+    whole answer there stayed a chain of near-ties (then the loss is the tie's, not the engine's)."""
+    prompts, res = collected["prompts"], collected["results"]
+    right, total = task_score(prompts, res.get("single", {}))
+    values["task_accuracy"] = f"{right}/{total}"
+    long_cfg = collected.get("long") or {}
+    if res.get("long") and long_cfg.get("needles"):
+        values["needles_found"] = f"{sum(needle_found(long_cfg, k, r.text) for k, r in res['long'].items())}/{len(res['long'])}"
+    if baseline is None:
+        return None
+    base_res = baseline["results"]
+    bright, _ = task_score(prompts, base_res.get("single", {}))
+    values["task_accuracy_baseline"] = f"{bright}/{total}"
+    diffs = collected.get("_diffs") or whole_diffs(collected, baseline, cfg)
+    def excused(mode: str, pid: str) -> bool:  # a near-tie chain shown to the end of the answer
+        d = diffs.get((mode, pid))
+        return (d is not None and d.consistent and expect_logprobs
+                and (d.reanchored > 0 or d.diverge_at is None or d.diverge_at >= len(_toks(base_res[mode][pid])) - 1))
+
+    lost = [p.id for p in prompts if (p.answer or p.json) and _task_right(p, base_res.get("single", {}))
+            and not _task_right(p, res.get("single", {})) and not excused("single", p.id)]
+    if lost and len(lost) / max(total, 1) > cfg.max_task_drop:
+        return ("single", "task_accuracy", f"tasks right {right}/{total} vs baseline {bright}/{total}; lost {lost} "
+                                           f"by divergences that are not near-ties",
+                [f"{pid}: baseline {base_res['single'][pid].text[:80]!r}, trial {res['single'][pid].text[:80]!r}" for pid in lost])
+    if res.get("long") and base_res.get("long") and long_cfg.get("needles"):
+        values["needles_found_baseline"] = (f"{sum(needle_found(long_cfg, k, r.text) for k, r in base_res['long'].items())}"
+                                            f"/{len(base_res['long'])}")
+        lost = [k for k, r in res["long"].items() if k in base_res["long"] and needle_found(long_cfg, k, base_res["long"][k].text)
+                and not needle_found(long_cfg, k, r.text) and not excused("long", k)]
+        if lost:
+            k = lost[0]
+            return ("long", "long_context_task", f"the baseline found needle {k!r} in the long document "
+                                                 f"({res['long'][k].prompt_tokens} tokens), this trial answered {res['long'][k].text[:80]!r}",
+                    [f"baseline: {base_res['long'][k].text[:120]!r}", f"trial: {res['long'][k].text[:120]!r}"])
+    return None
+
+
+def _check_gate(collected, cfg, baseline, values, expect_logprobs, role):
+    gate, base_gate = collected["results"].get("gate") or {}, (baseline or {}).get("results", {}).get("gate") or {}
+    if not gate or not base_gate:
+        return None
+    items = [p for p in gate_items(cfg.gate_items, cfg.gate_seed) if p.id in gate and p.id in base_gate]
+    b = [_task_right(p, base_gate) for p in items]
+    t = [_task_right(p, gate) for p in items]
+    lost, gained, p = mcnemar_worse(b, t)
+    values.update(gate_accuracy_baseline=f"{sum(b)}/{len(items)}", gate_ci95_baseline=list(wilson(sum(b), len(items))),
+                  gate_lost=lost, gate_gained=gained, gate_p=round(p, 4))
+    if p < cfg.gate_alpha:
+        ev = [f"{q.id}: baseline {base_gate[q.id].text[:60]!r}, trial {gate[q.id].text[:60]!r}"
+              for q, bb, tt in zip(items, b, t) if bb and not tt][:6]
+        return ("gate", "task_gate", f"task gate {sum(t)}/{len(items)} {values['gate_ci95']} vs baseline "
+                                     f"{sum(b)}/{len(items)} {values['gate_ci95_baseline']}: lost {lost}, gained {gained}, "
+                                     f"exact McNemar p={p:.2g} < {cfg.gate_alpha}", ev)
+    return None
+
+
+def _check_concurrent(collected, cfg, baseline, values, expect_logprobs, role):
+    """Concurrent copies vs the same server's single answers: every copy must be identical or
+    diverge at a near-tie (no early stop), and keep a task the single answer got right."""
+    res, prompts = collected["results"], {p.id: p for p in collected["prompts"]}
+    top_k = cfg.top_logprobs or 5
+    diffs = {}
     for pid, r in res.get("concurrent", {}).items():
         single = res["single"].get(pid.split("#")[0])
         if single is not None and single.ok:
-            agreements[pid] = compare(single, r, top_k=top_k, tie_gap=cfg.max_tie_gap)
-    if agreements:
-        cons = sum(d.consistent for d in agreements.values()) / len(agreements)
-        values["concurrent_consistency"] = round(cons, 3)
-        if cons < cfg.min_topk_consistency:
-            bad = [f"{pid}: {d.detail}" for pid, d in agreements.items() if not d.consistent]
-            return ProbeOutcome(False, "concurrent", "concurrency_divergence",
-                                f"concurrent answers consistent with single ones in {cons:.0%} (need {cfg.min_topk_consistency:.0%}); {bad[0]}",
-                                values, evidence=bad[:6])
-    # 4. long prompt task
-    long_cfg = collected.get("long") or {}
-    if "long" in res.get("long", {}) and long_cfg.get("answer"):
-        lr = res["long"]["long"]
-        values["long_prompt_tokens"] = lr.prompt_tokens
-        values["long_answer_ok"] = bool(re.search(long_cfg["answer"], lr.text, re.IGNORECASE))
-        if base_res is not None and "long" in base_res.get("long", {}):
-            base_ok = bool(re.search(long_cfg["answer"], base_res["long"]["long"].text, re.IGNORECASE))
-            values["long_answer_baseline"] = base_ok
-            if base_ok and not values["long_answer_ok"]:
-                return ProbeOutcome(False, "long", "long_context_task",
-                                    f"baseline found the fact in the long prompt ({lr.prompt_tokens} tokens), this trial answered {lr.text[:80]!r}",
-                                    values, evidence=[f"baseline: {base_res['long']['long'].text[:120]!r}", f"trial: {lr.text[:120]!r}"])
-    return ProbeOutcome(True, values=values, detail=_summary(values))
+            diffs[pid] = compare(single, r, top_k=top_k, tie_gap=cfg.max_tie_gap, text_min_agreement=cfg.text_min_agreement)
+    if not diffs:
+        return None
+    cons = sum(d.consistent for d in diffs.values()) / len(diffs)
+    values["concurrent_consistency"] = round(cons, 3)
+    why = {pid: d.detail for pid, d in diffs.items() if not d.consistent}
+    for pid in diffs:
+        p = prompts.get(pid.split("#")[0])
+        if p and (p.answer or p.json) and _task_right(p, res["single"]) and not _task_right(p, {p.id: res["concurrent"][pid]}):
+            why.setdefault(pid, f"the single answer is right, this copy is not: {res['concurrent'][pid].text[:80]!r}")
+    bad = [f"{pid}: {w}" for pid, w in why.items()]
+    if bad:
+        return ("concurrent", "concurrency_divergence",
+                f"{len(bad)} of {len(diffs)} concurrent copies differ from the single answers beyond a near-tie; {bad[0]}", bad[:6])
+    return None
 
 
 def _name(finding: str) -> str:
@@ -369,14 +932,22 @@ def _baseline_detectors(base_res: dict, mode: str, pid: str, expect_logprobs: bo
 
 
 def _summary(values: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in values.items())
+    return ", ".join(f"{k}={v}" for k, v in values.items() if k not in ("requests", "long_context", "checks_not_run"))
 
 
-def results_to_json(collected: dict) -> dict:
-    return {
+def results_to_json(collected: dict, bench_levels: list[dict] | None = None) -> dict:
+    """What the store keeps of a probe run (and, for the baseline's reference, its benchmark's
+    per-request reply lengths: ``bench`` = [{level, lens, repeats}])."""
+    out = {
         "results": {m: {k: asdict(r) for k, r in items.items()} for m, items in collected["results"].items()},
         "long": collected.get("long", {}),
+        "info": collected.get("info", {}),
+        "anchored": {m: {p: [[k, asdict(r)] for k, r in conts] for p, conts in items.items()}
+                     for m, items in (collected.get("anchored") or {}).items()},
     }
+    if bench_levels is not None:
+        out["bench"] = [{k: lv.get(k) for k in ("level", "lens", "repeats")} for lv in bench_levels]
+    return out
 
 
 def results_from_json(data: dict, prompt_set: str) -> dict:
@@ -384,5 +955,9 @@ def results_from_json(data: dict, prompt_set: str) -> dict:
     return {
         "prompts": prompts,
         "long": data.get("long", {}),
+        "info": data.get("info", {}),
+        "bench": data.get("bench"),
+        "anchored": {m: {p: [(k, Result(**r)) for k, r in conts] for p, conts in items.items()}
+                     for m, items in (data.get("anchored") or {}).items()},
         "results": {m: {k: Result(**r) for k, r in items.items()} for m, items in data["results"].items()},
     }

@@ -15,9 +15,21 @@ Definitions (the same as ``vllm bench serve``, so the two agree; bench/agreement
   * output tokens: the server's ``usage`` (stream_options.include_usage), else the number of
     logprobs entries; never the number of chunks (one chunk may carry several tokens)
 A request that fails at any point, mid-stream included, is an error: it is left out of the
-latency figures and of the throughput numerator, but its time stays in the duration. Every
-response goes through the cheap absolute detectors (``probes.detect``): a level whose
-responses fail them is invalid, not fast.
+latency figures and of the throughput numerator, but its time stays in the duration.
+
+Judgement per reply and per level (``summarize``, ``check_against_baseline``):
+  * every reply goes through the absolute detectors (``probes.detect``), logprob checks
+    included: the requests ask for the chosen token's logprob (``logprobs: true`` without
+    alternatives, a few bytes per token) where the engine gives logprobs. A finding makes the
+    level invalid and is a ``fault``: the trial is not ok (the mode is named ``bench c=N``);
+  * a failed request makes the level invalid for ranking; failures past ``max_error_share``
+    of the level are a ``fault`` (``bench_errors``);
+  * prompts are deterministic per request index (seed and index), so the baseline and a trial
+    send the same requests; each level keeps its replies' lengths by index (``lens``). A reply
+    far shorter than the baseline's for the same request (< ``early_stop_ratio``) is an
+    ``early_stop`` fault: garbage that ends early never ranks as fast;
+  * under ``ignore_eos`` a small model may loop past its EOS: repetition is excused only on the
+    requests where the baseline looped too (``repeats``), and on the baseline itself.
 """
 
 from __future__ import annotations
@@ -53,9 +65,9 @@ async def make_prompts(session, base_url: str, n: int, input_tokens: int, seed: 
 
     Returns ``(prompts, by)`` with ``by`` one of ``server``, ``local:<tokenizer>``, ``estimate``.
     """
-    rng = random.Random(seed)
     n_words = int(input_tokens / TOKENS_PER_WORD_ESTIMATE * 1.5) + 8  # surely long enough, then cut
-    raw = [synthetic_prompt(rng, n_words) for _ in range(n)]
+    # one generator per request index: the same index gets the same prompt in every trial
+    raw = [synthetic_prompt(random.Random(f"{seed}:{i}"), n_words) for i in range(n)]
     ids = await tokenize_ids(session, base_url, raw[0])
     if ids is not None and await detokenize(session, base_url, ids[:input_tokens]) is not None:
         out = []
@@ -115,6 +127,9 @@ class LevelStats:
     short_outputs: int = 0            # ignore_eos asked, fewer tokens than max_tokens came back
     tool: str = "bakeoff"
     first_error: str | None = None
+    fault: str | None = None          # a detector/early_stop/bench_errors finding: the trial is not ok
+    lens: list = field(default_factory=list)      # output tokens by request index (None: failed)
+    repeats: list = field(default_factory=list)   # indices whose repetition was excused under ignore_eos
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -159,14 +174,18 @@ def tpot_s(r: Result, n_out: int | None) -> float | None:
 def summarize(level: str, results: list[Result], wall_s: float, *, ttft_slo_ms: float | None = None,
               tpot_slo_ms: float | None = None, expect_logprobs: bool = True, ignore_eos: bool = False,
               max_tokens: int | None = None, prompt_tokens_by: str | None = None,
-              prompt_len: int | None = None) -> LevelStats:
-    """Metrics of one level from its measured requests (warm-up already excluded)."""
+              prompt_len: int | None = None, max_error_share: float = 0.02) -> LevelStats:
+    """Metrics of one level from its measured requests (warm-up already excluded), and its
+    judgement: ``valid`` (may it be ranked) and ``fault`` (is the trial not ok)."""
     good = [r for r in results if r.ok]
     failed = [r for r in results if not r.ok]
-    findings = []
-    for r in good:
+    findings, repeats = [], []
+    for i, r in enumerate(results):
+        if not r.ok:
+            continue
         found = detect(r, expect_logprobs=expect_logprobs)
-        if ignore_eos:
+        if ignore_eos and any(f.startswith(IGNORE_EOS_TOLERATED) for f in found):
+            repeats.append(i)  # judged against the baseline's same request (check_against_baseline)
             found = [f for f in found if not f.startswith(IGNORE_EOS_TOLERATED)]
         findings.append(found)
     invalid = [(r, f) for r, f in zip(good, findings) if f]
@@ -201,17 +220,56 @@ def summarize(level: str, results: list[Result], wall_s: float, *, ttft_slo_ms: 
         prompt_tokens_by=prompt_tokens_by,
         short_outputs=sum(1 for c in counts if ignore_eos and max_tokens and c is not None and c < max_tokens),
         first_error=failed[0].error if failed else None,
+        lens=[output_tokens(r) if r.ok else None for r in results], repeats=repeats,
     )
     if not good:
         stats.valid = False
         stats.why_invalid = f"all {len(failed)} requests failed, e.g. {failed[0].error if failed else '-'}"
+        stats.fault = "bench_errors"
     elif invalid:
         stats.valid = False
         stats.why_invalid = f"{len(invalid)}/{len(good)} responses failed detectors, e.g. {invalid[0][1][0]}"
+        stats.fault = invalid[0][1][0].split(":")[0]
+    elif failed:
+        stats.valid = False  # never ranked: its throughput leaves the failures out
+        share = len(failed) / len(results)
+        stats.why_invalid = f"{len(failed)}/{len(results)} requests failed ({share:.0%}), e.g. {failed[0].error}"
+        if share > max_error_share:
+            stats.fault = "bench_errors"
+            stats.why_invalid += f"; more than {max_error_share:.0%} of the level"
     elif tokens_by == "none":
         stats.valid = False
         stats.why_invalid = "server reported no usage token counts (stream_options.include_usage) and no logprobs"
     return stats
+
+
+def check_against_baseline(level: dict, base_level: dict | None, *, early_stop_ratio: float = 0.5,
+                           max_tokens: int | None = None, ignore_eos: bool = False) -> dict:
+    """A level judged against the baseline's same level, request by request (same index, same
+    prompt, greedy): a reply shorter than ``early_stop_ratio`` of the baseline's (or, under
+    ``ignore_eos``, short of ``max_tokens`` where the baseline's was not) is an early stop, and
+    repetition excused under ``ignore_eos`` must show on the baseline's same request too.
+    Without a baseline level the ``repeats`` stay excused (the baseline is judged by the probes)."""
+    if not base_level or level.get("fault"):
+        return level
+    lens, base_lens = level.get("lens") or [], base_level.get("lens") or []
+    short = []
+    for i, (n, b) in enumerate(zip(lens, base_lens)):
+        if n is None or b is None or b < 8:
+            continue
+        forced_short = ignore_eos and max_tokens and n < max_tokens <= b
+        if n < early_stop_ratio * b or forced_short:
+            short.append((i, n, b))
+    looped = [i for i in level.get("repeats") or [] if i not in set(base_level.get("repeats") or [])]
+    if short:
+        i, n, b = short[0]
+        why = (f"early_stop: {len(short)}/{len(lens)} replies far shorter than the baseline's for the same request "
+               f"(request {i}: {n} tokens vs {b}; limit {early_stop_ratio:.0%})")
+        return {**level, "valid": False, "fault": "early_stop", "why_invalid": why}
+    if looped:
+        why = (f"degenerate_repetition: requests {looped[:5]} loop past EOS where the baseline's same requests do not")
+        return {**level, "valid": False, "fault": "degenerate_repetition", "why_invalid": why}
+    return level
 
 
 # -- load -------------------------------------------------------------------------------------
@@ -263,14 +321,17 @@ def levels_of(cfg: Bench) -> list[tuple[str, int | None, float | None]]:
     return [(f"c={c}", c, None) for c in cfg.concurrency]
 
 
-def request_body(cfg: Bench, prompt: str, *, model: str | None, ignore_eos: bool) -> dict:
-    """One benchmark request: greedy, streamed, usage asked for; no logprobs (they cost)."""
+def request_body(cfg: Bench, prompt: str, *, model: str | None, ignore_eos: bool, logprobs: bool = False) -> dict:
+    """One benchmark request: greedy, streamed, usage asked for; with ``logprobs`` only the chosen
+    token's logprob (no alternatives: the cheapest form), so NaN logits show under load too."""
     extra = {"ignore_eos": True, "min_tokens": cfg.output_tokens} if ignore_eos else {}
     if cfg.api == "chat":
-        return chat_body([{"role": "user", "content": prompt}], max_tokens=cfg.output_tokens, top_logprobs=-1,
+        return chat_body([{"role": "user", "content": prompt}], max_tokens=cfg.output_tokens, top_logprobs=0 if logprobs else -1,
                          model=model, extra=extra)
     b = {"prompt": prompt, "max_tokens": cfg.output_tokens, "temperature": 0.0, "stream": True,
          "stream_options": {"include_usage": True}, **extra}
+    if logprobs:
+        b["logprobs"] = 1
     if model:
         b["model"] = model
     return b
@@ -299,15 +360,15 @@ async def run_async(base_url: str, cfg: Bench, *, model: str | None = None, igno
         else:
             by = "given"
         it = iter(prompts)
-        warm = [request_body(cfg, next(it), model=model, ignore_eos=eos) for _ in range(cfg.warmup_requests)]
+        warm = [request_body(cfg, next(it), model=model, ignore_eos=eos, logprobs=expect_logprobs) for _ in range(cfg.warmup_requests)]
         if warm:
             await run_level(session, url, warm, concurrency=len(warm), api=cfg.api)
         for i, (name, conc, rate) in enumerate(levels):
-            bodies = [request_body(cfg, next(it), model=model, ignore_eos=eos) for _ in range(cfg.requests_per_level)]
+            bodies = [request_body(cfg, next(it), model=model, ignore_eos=eos, logprobs=expect_logprobs) for _ in range(cfg.requests_per_level)]
             results, wall = await run_level(session, url, bodies, concurrency=conc, rate=rate, seed=cfg.seed + i, api=cfg.api)
             out.append(summarize(name, results, wall, ttft_slo_ms=cfg.ttft_slo_ms, tpot_slo_ms=cfg.tpot_slo_ms,
                                  expect_logprobs=expect_logprobs, ignore_eos=eos, max_tokens=cfg.output_tokens,
-                                 prompt_tokens_by=by, prompt_len=cfg.input_tokens))
+                                 prompt_tokens_by=by, prompt_len=cfg.input_tokens, max_error_share=cfg.max_error_share))
     return out
 
 

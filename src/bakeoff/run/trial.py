@@ -141,24 +141,32 @@ class TrialRunner:
                     return ReadyOutcome(False, phases, hung=True, last_line=last_line, server_said=said)
                 time.sleep(0.25)
 
-    def probe(self, base_url: str, baseline: dict | None) -> tuple[probes.ProbeOutcome, dict]:
-        """Run the probe set three ways and judge it (against the baseline's answers when given)."""
+    def probe(self, base_url: str, baseline: dict | None, role: str = "trial") -> tuple[probes.ProbeOutcome, dict]:
+        """Run the probe set in every mode (the benchmark's shape included) and judge it: the
+        absolute floors always, the baseline's answers when given (teacher-forcing the trial on
+        them after each near-tie). ``role`` ``baseline``: floors failing is ``baseline_below_floor``."""
         self.progress("probe", "")
         collected = probes.run_probes(base_url, self.spec.probes, model=self._request_model(),
                                       ctx_size=_ctx_size(self.spec.server.args), timeout_s=self.spec.server.request_timeout_s,
-                                      expect_logprobs=self.engine.supports_logprobs)
-        outcome = probes.judge(collected, self.spec.probes, baseline, expect_logprobs=self.engine.supports_logprobs)
+                                      expect_logprobs=self.engine.supports_logprobs, bench=self.spec.bench, baseline=baseline)
+        outcome = probes.judge(collected, self.spec.probes, baseline, expect_logprobs=self.engine.supports_logprobs, role=role)
         return outcome, collected
 
-    def bench(self, base_url: str) -> list[dict]:
-        """Run the load levels; each level says whether its responses passed the detectors."""
+    def bench(self, base_url: str, baseline: dict | None = None) -> list[dict]:
+        """Run the load levels; each level says whether its replies passed the detectors, whether
+        it may be ranked (``valid``) and what makes the trial not ok (``fault``), judged request by
+        request against the baseline's same level when given (early stops, loops)."""
         self.progress("bench", "")
+        cfg = self.spec.bench
+        eos = cfg.ignore_eos if cfg.ignore_eos is not None else self.engine.supports_ignore_eos
         with EnergyMeter(devices=_visible_gpus(self.spec.server.env)) as meter:
-            levels = measure.run(base_url, self.spec.bench, model=self._request_model(),
+            levels = measure.run(base_url, cfg, model=self._request_model(),
                                  ignore_eos=self.engine.supports_ignore_eos, timeout_s=self.spec.server.request_timeout_s * 4,
                                  expect_logprobs=self.engine.supports_logprobs)
         self.energy = meter.result(sum(lv.output_tokens for lv in levels))
-        return [lv.to_json() for lv in levels]
+        base_levels = {lv["level"]: lv for lv in ((baseline or {}).get("bench") or [])}
+        return [bench.check_against_baseline(lv.to_json(), base_levels.get(lv.level), early_stop_ratio=cfg.early_stop_ratio,
+                                             max_tokens=cfg.output_tokens, ignore_eos=bool(eos)) for lv in levels]
 
     def teardown(self, handle: Handle, port: int) -> bool:
         """Stop the whole process tree and confirm the port is free again."""
@@ -203,11 +211,13 @@ class TrialRunner:
             if not ready.ready:
                 self._check_stop()
                 return self._failed_start(rec, handle, ready)
-            outcome, collected = self.probe(base_url, baseline)
+            role = "trial" if planned.changed else "baseline"
+            outcome, collected = self.probe(base_url, baseline, role)
             self._check_stop()
             self.store.put_artifact(rec.key, "probes", probes.results_to_json(collected))
             if not outcome.passed:
-                died = self._died_serving(rec, handle, ready, "probe")
+                died = self._died_serving(rec, handle, ready, "probe",
+                                          settle_s=3.0 if outcome.detector == "request_error" else 0.0)
                 if died:
                     return died
                 if outcome.detector == "request_error":
@@ -218,22 +228,35 @@ class TrialRunner:
                                  detail=f"wrong in {outcome.failed_mode} mode ({outcome.detector}): {outcome.detail}",
                                  evidence=outcome.evidence or [outcome.detail], phases=ready.phases,
                                  metrics={"probe": outcome.values, "failed_mode": outcome.failed_mode,
-                                          "detector": outcome.detector}, finished=time.time())
-            levels = self.bench(base_url)
+                                          "detector": outcome.detector, "checks_not_run": outcome.checks_not_run,
+                                          **({"baseline_below_floor": True} if outcome.detector == "baseline_below_floor" else {})},
+                                 finished=time.time())
+            levels = self.bench(base_url, baseline)
             self._check_stop()
-            invalid = [lv for lv in levels if not lv["valid"]]
-            metrics = {"probe": outcome.values, "levels": levels, **bench.headline(levels)}
+            if role == "baseline":  # the reference reply lengths of every benchmark request
+                self.store.put_artifact(rec.key, "probes", probes.results_to_json(collected, levels))
+            faults = [lv for lv in levels if lv.get("fault")]
+            metrics = {"probe": outcome.values, "levels": levels, **bench.headline(levels),
+                       "checks_not_run": outcome.checks_not_run}
             if self.energy:
                 metrics["energy"] = self.energy
-            if invalid or any(lv.get("errors") for lv in levels):
+            if faults or any(lv.get("errors") for lv in levels):
                 died = self._died_serving(rec, handle, ready, "bench")
                 if died:
                     return died
-            if invalid:
-                lv = invalid[0]
-                return rec.with_(state="finished", verdict="wrong", cause="bench_invalid",
-                                 detail=f"benchmark level {lv['level']}: {lv['why_invalid']}", evidence=[lv["why_invalid"] or ""],
-                                 phases=ready.phases, metrics=metrics, finished=time.time())
+                errored = next((lv for lv in faults if lv["fault"] == "bench_errors"), None)
+                if errored:
+                    failed = self._failed_serving(rec, handle, ready, probes.ProbeOutcome(
+                        False, f"bench {errored['level']}", "request_error", errored["why_invalid"] or "", outcome.values))
+                    if failed:
+                        return failed
+            if faults:
+                lv = faults[0]
+                mode = f"bench {lv['level']}"
+                return rec.with_(state="finished", verdict="wrong", cause=lv["fault"],
+                                 detail=f"wrong in {mode} mode ({lv['fault']}): {lv['why_invalid']}", evidence=[lv["why_invalid"] or ""],
+                                 phases=ready.phases, metrics={**metrics, "failed_mode": mode, "detector": lv["fault"]},
+                                 finished=time.time())
             # correct as far as this run can tell; speed and the baseline's health are judged in bakeoff.decide
             return rec.with_(state="finished", verdict="ok", detail=outcome.detail, phases=ready.phases,
                              metrics=metrics, finished=time.time())
@@ -265,11 +288,16 @@ class TrialRunner:
                else "not ready after %ss" % self.spec.server.startup_timeout_s)
         return _crashed(rec, diag, ready, f"crashed at startup: {how}; {diag.explanation}", exit_code=ready.exit_code)
 
-    def _died_serving(self, rec: TrialRecord, handle: Handle, ready: ReadyOutcome, phase: str) -> TrialRecord | None:
+    def _died_serving(self, rec: TrialRecord, handle: Handle, ready: ReadyOutcome, phase: str,
+                      settle_s: float = 3.0) -> TrialRecord | None:
         """After failed probes or bench requests: was it the answers, or the server (or host)
         going away under them? A dead server is a crash triaged from its log, an unreachable
         host raises InfraError; ``None`` means the server is alive and the answers stand."""
         code = self.host.exit_code(handle)
+        deadline = time.monotonic() + settle_s
+        while code is None and time.monotonic() < deadline:  # a dying engine may still answer errors for a moment
+            time.sleep(0.25)
+            code = self.host.exit_code(handle)
         if code is None:
             return None
         diag = classify(self.host.read_log(handle), exit_code=code, engine=self.engine.kind)

