@@ -173,13 +173,13 @@ def test_mixed_report_shows_every_verdict_and_its_evidence(mixed):
 
 
 # ------------------------------------------------------------------ launch faults, one trial each
-def test_model_file_that_is_not_a_gguf_crashes_with_a_generic_cause(real_llamacpp, tmp_path):
+def test_model_file_that_is_not_a_gguf_crashes_with_model_load(real_llamacpp, tmp_path):
     garbage = faultmodels.garbage_file(tmp_path / "garbage.gguf")
     rec, report = one_trial(tmp_path, spec_data(real_llamacpp, model={"path": str(garbage)}))
     assert rec.verdict == "crashed"
-    # the log says only "failed to load model": no specific cause may be claimed
-    assert rec.cause in ("unknown", "bad_args"), rec.cause
-    assert any("failed to load model" in e for e in rec.evidence), rec.evidence
+    # the log names the file's bad magic: a model that fails to load is a cause of its own
+    assert rec.cause == "model_load", rec.cause
+    assert any("magic" in e or "failed to load model" in e for e in rec.evidence), rec.evidence
     assert_judged_at_exit(rec)
     assert "**crashed**" in report
 
