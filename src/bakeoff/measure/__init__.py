@@ -17,7 +17,16 @@ def run(base_url: str, cfg: Bench, **kw) -> list[LevelStats]:
     if cfg.tool != "bakeoff":
         from bakeoff.measure import tools
 
-        return tools.run_tool(base_url, cfg, model=kw.get("model"),
-                              ignore_eos=cfg.ignore_eos if cfg.ignore_eos is not None else kw.get("ignore_eos", False),
-                              expect_logprobs=kw.get("expect_logprobs", True))
+        from bakeoff.measure.bench import with_samples
+
+        # the external tool runs ``repetitions`` times (no adaptive stop: each run is a process)
+        runs = [tools.run_tool(base_url, cfg, model=kw.get("model"),
+                               ignore_eos=cfg.ignore_eos if cfg.ignore_eos is not None else kw.get("ignore_eos", False),
+                               expect_logprobs=kw.get("expect_logprobs", True))
+                for _ in range(cfg.repetitions)]
+        out = []
+        for per in zip(*runs):
+            bad = next((s for s in per if not s.valid), None)
+            out.append(bad if bad is not None else with_samples(per[0], list(per), "fixed"))
+        return out
     return _run_loop(run_async(base_url, cfg, **kw))
