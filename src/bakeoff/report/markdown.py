@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 
 from bakeoff.plan import Planned
+from bakeoff.report import speed
 from bakeoff.store import Store, TrialRecord
 
 CORRECT = ("ok", "slow")
@@ -46,20 +47,22 @@ def render(store: Store) -> str:
     hw = ", ".join(f"{g.get('name')} (sm_{g.get('compute_capability', '?')})" for g in gpus) if gpus else (fp.get("cpu") or {}).get("model", "CPU")
     ver = f", {spec.get('engine')} {fp['engine_version']}" if fp.get("engine_version") else ""
     lines.append(f"Hardware: {hw}{ver}. Fingerprint `{fp.get('hash', '?')}`" + (f" ({fp['note']})." if fp.get("note") else "."))
+    slo = speed.has_slo(trials)
     lines += ["", "## Trials", "",
-              "| # | single change vs baseline | verdict | cause | output tok/s | TTFT p50 ms | vs baseline | evidence |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| # | single change vs baseline | verdict | cause | output tok/s (95 % CI) | TTFT p50 ms | "
+              + ("goodput under the SLO (95 % CI), at the load found | " if slo else "") + "vs baseline (95 % CI) | evidence |",
+              "|---|---|---|---|---|---|---|---|" + ("---|" if slo else "")]
     btoks = base.metrics.get("output_tok_s") if base else None
     for t in trials:
         toks = t.metrics.get("output_tok_s")
-        ratio = f"{toks / btoks:.2f}x" if toks and btoks else "—"
+        ratio = speed.versus(t)
         ev = (t.detail or "").replace("|", "\\|").replace("\n", " ")
         if len(ev) > 140:
             ev = ev[:137] + "..."
         verdict = t.verdict or t.state
         cause = f"{t.cause} ({t.metrics['failed_mode']})" if t.verdict == "wrong" and t.metrics.get("failed_mode") else t.cause or ""
-        lines.append(f"| {t.idx} | {label(t)} | **{verdict}** | {cause} | {_fmt(toks)} | "
-                     f"{_fmt(t.metrics.get('ttft_p50_ms'))} | {ratio} | {ev} |")
+        lines.append(f"| {t.idx} | {label(t)} | **{verdict}** | {cause} | {speed.throughput(t)} | "
+                     f"{_fmt(t.metrics.get('ttft_p50_ms'))} | " + (f"{speed.goodput(t)} | " if slo else "") + f"{ratio} | {ev} |")
     failed = [t for t in trials if t.verdict in ("crashed", "wrong", "infra_error")]
     if failed:
         lines += ["", "## Failures and their evidence", ""]
