@@ -63,11 +63,12 @@ output_tokens = 32
 """
 
 
-def spec_text(name: str, axis: str, values: list, *, quick: bool, engine_options: str = "", extra: str = "") -> str:
+def spec_text(name: str, axis: str, values: list, *, quick: bool, engine_options: str = "", extra: str = "",
+              levels: str | None = None) -> str:
     vals = ", ".join(json.dumps(v) for v in values)
     head = f'name = "{name}"\nengine = "llamacpp"\n{engine_options}\n'
     axes = f'[[axes]]\nname = "{axis.lower()}"\nenv = "{axis}"\nvalues = [{vals}]\n\n[baseline]\n{axis.lower()} = {json.dumps(values[0])}\n'
-    return head + axes + SERVER.format(levels="[4]" if quick else "[1, 4]", requests=8, extra=extra)
+    return head + axes + SERVER.format(levels=levels or ("[4]" if quick else "[1, 4]"), requests=8, extra=extra)
 
 
 def run_sweep(text: str, out: Path) -> tuple[list, object, float]:

@@ -5,7 +5,9 @@ The planted difference is a fixed delay: the trial runs llama-server behind
 bench/delay_server.py, which holds each request ``BAKEOFF_DELAY_MS`` before the real server
 sees it (the baseline: the same proxy with 0 ms). The delay is sized from a calibration (the
 baseline's end-to-end time per request at the measured level) so that the expected tok/s ratio
-is 1 - ``--effect`` (closed loop: tok/s scale with 1 / (E2E + delay)). Each run is one 2-trial
+is 1 - ``--effect``. Measured at concurrency 1, where tok/s scale with 1 / (E2E + delay); at c=4
+a CPU-bound server hides the delay behind the other requests in flight (first try: a delay
+sized for 10 % cost 2.3 % at c=4). Each run is one 2-trial
 bakeoff sweep; prints one RATIO line per run, then the detection count and the measured ratios.
 
     nice -n 10 python bench/planted_test.py [--quick] [--runs 10] [--effect 0.10]
@@ -40,18 +42,19 @@ def wrapper(dirpath: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="one load level (c=4)")
+    ap.add_argument("--quick", action="store_true", help="kept for symmetry with aa_test.py: the level is c=1 either way")
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--effect", type=float, default=0.10, help="planted slowdown of tok/s, e.g. 0.10 = 10 %%")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="planted-"))
+    out.mkdir(parents=True, exist_ok=True)
     binary = wrapper(out)
     opts = f'engine_options = {{ binary = "{binary}" }}'
     load0 = os.getloadavg()
     # calibration: the baseline alone, to size the delay
-    trials, _, wall = run_sweep(spec_text("cal", "BAKEOFF_DELAY_MS", ["0"], quick=args.quick, engine_options=opts),
-                                out / "calibration")
+    trials, _, wall = run_sweep(spec_text("cal", "BAKEOFF_DELAY_MS", ["0"], quick=args.quick, engine_options=opts,
+                                          levels="[1]"), out / "calibration")
     top = [lv for lv in trials[0].metrics["levels"] if lv["valid"]][-1]
     e2e = top["e2e_ms"]["mean"]
     delay = round(e2e * args.effect / (1 - args.effect))
@@ -61,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.runs):
         t0 = time.monotonic()
         trials, decision, wall = run_sweep(spec_text(f"planted-{r}", "BAKEOFF_DELAY_MS", ["0", str(delay)],
-                                                     quick=args.quick, engine_options=opts), out / f"run{r}")
+                                                     quick=args.quick, engine_options=opts, levels="[1]"),
+                                           out / f"run{r}")
         walls.append(wall)
         slow = next((t for t in trials if t.changed), None)
         vs = (slow.metrics.get("vs_baseline") or {}) if slow else {}

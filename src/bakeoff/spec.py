@@ -219,6 +219,9 @@ class Bench(_Strict):
     max_repetitions: int | None = Field(default=None, ge=1, description="at most (default max(repetitions, 5))")
     target_ci: float = Field(default=0.05, ge=0, lt=1, description="stop repeating once the 95 % interval of the "
                              "level's output tok/s is within this fraction of its mean; 0 = always run to the cap")
+    launch_noise: float = Field(default=0.03, ge=0, lt=1, description="relative spread of one configuration's mean "
+                                "from one launch (one stretch of time) to the next, beyond what its repetitions show; added "
+                                "to every comparison's uncertainty (bench/aa_test.py measures it; bench/README.md)")
     slo: Slo | None = Field(default=None, description="latency limits; with one, rank by goodput at the highest load meeting them")
     slo_search: Literal["concurrency", "rate"] = Field(default="concurrency", description="what the SLO search varies")
     slo_max_load: float = Field(default=32, gt=0, description="the SLO search's upper bound (concurrency or req/s)")

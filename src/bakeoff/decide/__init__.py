@@ -26,6 +26,7 @@ from bakeoff.plan import Planned
 from bakeoff.store import Store, TrialRecord
 
 CORRECT = ("ok", "slow")
+LAUNCH_NOISE = 0.03  # bench.launch_noise's default (for stores older than the field): bench/README.md
 
 
 def label(rec: TrialRecord) -> str:
@@ -130,18 +131,26 @@ def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None
     base = next((t for t in trials if t.is_baseline), None)
     base_ok = base is not None and judged(base) in CORRECT
     base_obj = objective_of(base) if base_ok else None
-    slow_fraction = ((spec.get("bench") or {}).get("slow_fraction")) or 0.8
+    bench = spec.get("bench") or {}
+    slow_fraction = bench.get("slow_fraction") or 0.8
     d = Decision(baseline_ok=base_ok, stop_reason=stop_reason)
+    _drift(d, base_obj, baseline_again)
+    # launch-to-launch noise: the configured floor, or what the baseline's own drift shows
+    between = max(bench.get("launch_noise", LAUNCH_NOISE), (d.drift or {}).get("between", 0.0))
     if base_obj:
         d.objective = base_obj.name
         d.noise = relative_half_width(base_obj.samples)
+        if len(base_obj.samples) > 1:  # "beyond the noise": what a tie could hide here, launch noise included
+            r0 = ratio_interval(base_obj.samples, base_obj.samples, between=between)
+            d.noise = max(d.noise or 0.0, (r0.hi - r0.lo) / 2) if r0 and r0.lo is not None else d.noise
     final = []
     for t in trials:
-        rec, info = _final(t, base, base_obj, base_ok, slow_fraction)
+        rec, info = _final(t, base, base_obj, base_ok, slow_fraction, between)
         d.verdicts[t.key] = info
         final.append(rec)
     _recommend(d, final, base, base_obj)
-    _drift(d, base_obj, baseline_again)
+    if d.drift and d.drift["call"] != "tie":
+        d.cautions.append(d.drift["caution"])
     return d, final
 
 
@@ -156,9 +165,11 @@ def _drift(d: Decision, base_obj: Objective | None, again: dict | None) -> None:
     r = ratio_interval(later.samples, base_obj.samples, higher_is_better=base_obj.higher_is_better)
     if r is None:
         return
-    d.drift = {**r.to_json(), "describe": r.describe()}
+    import math
+
+    d.drift = {**r.to_json(), "describe": r.describe(), "between": abs(math.log(r.ratio)) / math.sqrt(2)}
     if r.call != "tie":
-        d.cautions.append(f"DRIFT: the baseline measured again at the end of the sweep is {r.describe()} its first "
+        d.drift["caution"] = (f"DRIFT: the baseline measured again at the end of the sweep is {r.describe()} its first "
                           f"measurement ({base_obj.name}): the machine's speed changed during the sweep beyond the "
                           "noise, so ratios between trials run at different times are uncertain by about that much; "
                           "run again on a quieter machine before trusting a small difference.")
@@ -172,7 +183,7 @@ class _Metrics:
 
 
 def _final(t: TrialRecord, base: TrialRecord | None, base_obj: Objective | None, base_ok: bool,
-           slow_fraction: float) -> tuple[TrialRecord, dict]:
+           slow_fraction: float, between: float = 0.0) -> tuple[TrialRecord, dict]:
     verdict, detail = judged(t), t.metrics.get("judged_detail", t.detail)
     metrics = {k: v for k, v in t.metrics.items() if k not in ("vs_baseline", "unverified", "ratio_vs_baseline")}
     if not t.is_finished():
@@ -186,7 +197,8 @@ def _final(t: TrialRecord, base: TrialRecord | None, base_obj: Objective | None,
                                "so nothing known-good was there to compare with")
             detail = f"{info['caution']}; {detail or ''}".rstrip("; ")
         obj = objective_of(t)
-        r = ratio_interval(obj.samples, base_obj.samples, higher_is_better=obj.higher_is_better) if obj and base_obj else None
+        r = (ratio_interval(obj.samples, base_obj.samples, higher_is_better=obj.higher_is_better, between=between)
+             if obj and base_obj else None)
         if r is not None:
             metrics["vs_baseline"] = r.to_json()
             metrics["ratio_vs_baseline"] = round(r.ratio, 3)
