@@ -16,6 +16,8 @@ The request's ``model`` field steers it (comma-separated options):
   ``no_usage``     omit the usage event
   ``tokens_per_chunk=K``  usage reports K tokens per text chunk (default 1)
   ``ttft_ms=X`` / ``itl_ms=X``  sleep before the first / between chunks
+  ``ttft_per_inflight_ms=X``  sleep X ms per request in flight (this one included) before the first
+                   chunk: latency that grows with load, for the SLO search's tests
   ``error_event``  send an error event mid-stream
   ``stale``        on a connection that already served a request, close it without answering
                    (a keep-alive connection the server dropped, as llama-server's httplib does)
@@ -79,6 +81,7 @@ class Stub:
         self.tokenize = tokenize
         self.fail_log = fail_log
         self.failed = False
+        self.inflight = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         served = 0
@@ -121,7 +124,11 @@ class Stub:
             if served and "stale" in _options(str(req.get("model") or "")):
                 writer.transport.abort()
                 return False
-            return await self.stream(writer, req, "chat" if "chat" in path else "completions")
+            self.inflight += 1
+            try:
+                return await self.stream(writer, req, "chat" if "chat" in path else "completions")
+            finally:
+                self.inflight -= 1
         return await self.json(writer, {"error": {"message": f"no route {method} {path}"}}, status=b"404 Not Found")
 
     async def json(self, writer: asyncio.StreamWriter, data: dict, status: bytes = b"200 OK") -> bool:
@@ -135,7 +142,7 @@ class Stub:
         n = int(req.get("max_tokens") or req.get("max_completion_tokens") or 16)
         events = GARBAGE[api] if "garbage" in opts else EVENTS[api][:1] if "same" in opts else EVENTS[api]
         die_after = int(opts["die_after"]) if "die_after" in opts else None
-        ttft = float(opts.get("ttft_ms", 0)) / 1000
+        ttft = float(opts.get("ttft_ms", 0)) / 1000 + float(opts.get("ttft_per_inflight_ms", 0)) / 1000 * self.inflight
         itl = float(opts.get("itl_ms", 0)) / 1000
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                      b"Transfer-Encoding: chunked\r\n\r\n")

@@ -27,6 +27,7 @@ from bakeoff.spec import Bench, Model
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).parent / "data" / "bench"
+ONE_PASS = dict(repetitions=1, max_repetitions=1)  # one repetition: the per-pass arithmetic
 TEXT = "the quick brown fox jumps over a lazy dog near the river bank today"
 
 
@@ -132,7 +133,7 @@ def _run(url, cfg, **kw):
 
 
 def test_stub_counts_usage_tokens_not_chunks(stub):
-    cfg = Bench(concurrency=[2], requests_per_level=4, warmup_requests=0, output_tokens=10)
+    cfg = Bench(concurrency=[2], requests_per_level=4, warmup_requests=0, output_tokens=10, **ONE_PASS)
     (s,) = _run(stub, cfg, model="stub,tokens_per_chunk=3")
     assert s.valid, s.why_invalid
     assert s.output_tokens == 4 * 30 and s.completed == 4
@@ -185,7 +186,7 @@ def test_stub_warmup_excluded_and_poisson_duration(stub):
     rate, n = 4.0, 4
     # a seed whose next gap after the last arrival is long: a loop that sleeps after the last send shows it
     seed = next(s for s in range(1000) if [random.Random(s).expovariate(rate) for _ in range(n)][-1] > 0.6)
-    cfg = Bench(request_rates=[rate], requests_per_level=n, warmup_requests=3, output_tokens=4, seed=seed)
+    cfg = Bench(request_rates=[rate], requests_per_level=n, warmup_requests=3, output_tokens=4, seed=seed, **ONE_PASS)
     (s,) = _run(stub, cfg, model="stub")
     assert s.requests == n and s.completed == n  # the 3 warm-ups are not counted
     last_arrival = bench.arrival_times(n, rate, seed)[-1]
@@ -333,7 +334,7 @@ def llama_server(tmp_path_factory):
 
 @pytest.mark.engine
 def test_real_llama_server_bench(llama_server):
-    cfg = Bench(concurrency=[2], requests_per_level=2, warmup_requests=1, input_tokens=24, output_tokens=12)
+    cfg = Bench(concurrency=[2], requests_per_level=2, warmup_requests=1, input_tokens=24, output_tokens=12, **ONE_PASS)
     (s,) = measure.run(llama_server, cfg, model="smollm2", ignore_eos=True, expect_logprobs=True)
     assert s.valid, s.why_invalid
     assert s.errors == 0 and s.completed == 2 and s.tokens_by == "usage"
@@ -349,3 +350,107 @@ def test_real_llama_server_bench(llama_server):
             return [await tokenize(sess, llama_server, p) for p in prompts]
 
     assert all(abs(n - 24) <= 1 for n in asyncio.run(count()))
+
+
+# -- repetitions and the SLO search ---------------------------------------------------------------
+
+
+def _fake_rep(tok_s: float, valid: bool = True) -> bench.Repetition:
+    s = bench.LevelStats(level="c=1", requests=1, errors=0, invalid=0, duration_s=1.0, request_throughput=1.0,
+                         output_tok_s=tok_s, total_tok_s=tok_s, valid=valid)
+    return bench.Repetition([], 1.0, s)
+
+
+def _scripted(values):
+    it = iter(values)
+
+    async def once(r):
+        return _fake_rep(next(it))
+    return once
+
+
+def test_repetitions_stop_when_the_interval_is_narrow():
+    """Scripted figures (no server): 100, 101, 100 have a 95 % half-width of ~1 %: stop at the minimum (3)."""
+    reps, why = asyncio.run(bench.repeat_until(_scripted([100, 101, 100, 50, 150]), minimum=3, cap=6, target=0.05))
+    assert (len(reps), why) == (3, "ci")
+
+
+def test_repetitions_stop_at_the_cap_when_noisy():
+    reps, why = asyncio.run(bench.repeat_until(_scripted([100, 60, 140, 70, 130, 90, 110]), minimum=3, cap=5,
+                                               target=0.05))
+    assert (len(reps), why) == (5, "cap")
+
+
+def test_repetitions_continue_past_the_minimum_until_narrow():
+    reps, why = asyncio.run(bench.repeat_until(_scripted([100, 80, 120, 100, 100, 100, 100, 100]), minimum=2, cap=20,
+                                               target=0.1))
+    # half-width after 7: 2.447 * 11.5 / sqrt(7) = 10.7 % > 10 %; after 8: 2.365 * 10.7 / sqrt(8) = 8.9 %
+    assert (len(reps), why) == (8, "ci")
+
+
+def test_repetitions_stop_on_an_invalid_pass_and_target_zero_runs_to_the_cap():
+    async def bad(r):
+        return _fake_rep(100, valid=False)
+
+    assert asyncio.run(bench.repeat_until(bad, minimum=3, cap=5, target=0.05))[1] == "invalid"
+    reps, why = asyncio.run(bench.repeat_until(_scripted([100] * 9), minimum=2, cap=4, target=0))
+    assert (len(reps), why) == (4, "cap")
+
+
+def test_spec_repetitions_and_slo_validation():
+    from bakeoff.spec import Slo
+
+    assert Bench().repetition_cap == 5 and Bench(repetitions=7).repetition_cap == 7
+    with pytest.raises(ValueError, match="max_repetitions"):
+        Bench(repetitions=4, max_repetitions=2)
+    with pytest.raises(ValueError, match="ttft_p99_ms"):  # a typo names the valid fields
+        Bench(slo={"ttft_p99": 2000})
+    with pytest.raises(ValueError, match="at least one limit"):
+        Bench(slo={})
+    with pytest.raises(ValueError, match="greater than 0"):
+        Bench(slo={"tpot_p99_ms": 0})
+    s = Slo(ttft_p99_ms=2000, tpot_p90_ms=100)
+    assert s.limits() == [("ttft", "p99", 2000.0), ("tpot", "p90", 100.0)]
+    assert s.describe() == "p99 TTFT \u2264 2000 ms and p90 TPOT \u2264 100 ms"
+
+
+def test_stub_repetitions_pooled_with_samples_and_intervals(stub):
+    cfg = Bench(concurrency=[2], requests_per_level=4, warmup_requests=1, output_tokens=8, repetitions=3,
+                max_repetitions=3)
+    (s,) = _run(stub, cfg, model="stub,itl_ms=2")
+    assert s.valid and s.repetitions == 3 and s.stopped == "cap"
+    assert s.requests == 12 and s.completed == 12  # pooled: every measured request, the warm-up left out
+    assert len(s.samples["output_tok_s"]) == 3 and s.output_tok_s == pytest.approx(sum(s.samples["output_tok_s"]) / 3)
+    ci = s.ci["output_tok_s"]
+    assert ci["lo"] <= s.output_tok_s <= ci["hi"] and ci["rel_half_width"] >= 0
+
+
+def test_prompts_are_a_function_of_the_request_key_alone():
+    a = bench.prompt_for(0, bench.request_key("c=4", 2, 7), 64)
+    assert a == bench.prompt_for(0, "c=4/r2/7", 64) != bench.prompt_for(0, "c=4/r2/6", 64)
+    assert a != bench.prompt_for(1, "c=4/r2/7", 64)
+
+
+def test_stub_slo_search_finds_the_known_threshold(stub):
+    """STUB whose TTFT is 100 ms per request in flight: c requests in flight wait up to c*100 ms,
+    so p99 TTFT <= 450 ms holds up to c=4 and fails from c=5 on (the threshold is known)."""
+    cfg = Bench(requests_per_level=8, warmup_requests=0, output_tokens=4, repetitions=2, max_repetitions=2,
+                slo={"ttft_p99_ms": 450}, slo_max_load=16, slo_max_levels=7)
+    levels = _run(stub, cfg, model="stub,ttft_per_inflight_ms=100")
+    by_load = {lv.slo["load"]: lv for lv in levels}
+    assert sorted(by_load) == [1, 2, 4, 5, 6, 8]  # doubling to the first failure, then bisection
+    assert [by_load[c].slo["met"] for c in (1, 2, 4, 5, 6, 8)] == [True, True, True, False, False, False]
+    found = [lv for lv in levels if lv.slo["found"]]
+    assert [lv.level for lv in found] == ["c=4"] and found[0].repetitions == 2
+    obj = bench.headline([lv.to_json() for lv in levels])["objective"]
+    assert obj["level"] == "c=4" and len(obj["samples"]) == 2 and all(x > 0 for x in obj["samples"])
+    assert obj["name"].startswith("goodput: req/s meeting p99 TTFT \u2264 450 ms")
+
+
+def test_stub_slo_search_none_met_gives_no_figure(stub):
+    cfg = Bench(requests_per_level=4, warmup_requests=0, output_tokens=4, repetitions=1, max_repetitions=1,
+                slo={"ttft_p50_ms": 50})
+    levels = _run(stub, cfg, model="stub,ttft_ms=200")
+    assert len(levels) == 1 and not levels[0].slo["met"] and not levels[0].slo["found"]
+    obj = bench.headline([lv.to_json() for lv in levels])["objective"]
+    assert obj["samples"] == [] and "p50 TTFT" in obj["why"]

@@ -28,6 +28,7 @@ from bakeoff.plan import Planned, make_plan, planned
 from bakeoff.plan.base import make_strategy
 from bakeoff.plan.prune import Gate
 from bakeoff.redact import redact_env, redact_obj, remember
+from bakeoff.measure import remeasure
 from bakeoff.report import write_reports
 from bakeoff.run.engines.base import get_engine
 from bakeoff.run.executors import Context, Executor, Job, make_executor
@@ -189,7 +190,11 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None,
         with make_executor(spec.executor, ctx) as executor:
             stop.on_stop, stop.on_hard_stop = executor.interrupt, executor.kill_now
             with stop:
-                why = _loop(Sweep(spec, store, host, executor, gate, events, model_path, identity, stop.stopped.is_set))
+                sweep = Sweep(spec, store, host, executor, gate, events, model_path, identity, stop.stopped.is_set)
+                why = _loop(sweep)
+                if why == "done" and spec.bench.remeasure_after and sweep.benchmarked >= spec.bench.remeasure_after:
+                    events.note("measuring the baseline again (drift guard, bench.remeasure_after)")
+                    remeasure(spec, store, host, out_dir, model_path, progress=events.phase, should_stop=stop.stopped.is_set)
             store.set_progress(None, why)
         decide.save(store)
         report = write_reports(out_dir, store)
@@ -225,6 +230,7 @@ class Sweep:
     stopped: Callable[[], bool]
     started: float = 0.0
     gave_up: dict[str, dict] = field(default_factory=dict)  # key -> config: the host failed under it this run
+    benchmarked: int = 0  # changed configurations benchmarked in this run (the drift guard's trigger)
 
     def current(self) -> list[TrialRecord]:
         """This spec's trials (stale ones from an edited spec left out), in order."""
@@ -264,6 +270,8 @@ def _loop(sw: Sweep) -> str:
             host_failures = host_failures + 1 if rec.verdict == "infra_error" else 0
             if rec.verdict == "infra_error":  # retried by the next `bakeoff run`, not by this one
                 sw.gave_up[rec.key] = rec.config
+            if rec.changed and rec.metrics.get("levels"):
+                sw.benchmarked += 1
             sw.store.save(rec)
             sw.gate.learn(rec)
             decide.save(sw.store)

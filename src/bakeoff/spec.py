@@ -308,7 +308,76 @@ class Probes(_Strict):
         return v
 
 
+class Slo(_Strict):
+    """``[bench] slo``: latency limits a load level must meet, as percentiles over its requests,
+    e.g. ``slo = { ttft_p99_ms = 2000, tpot_p99_ms = 100 }``. With an SLO, each configuration is
+    ranked by its goodput at the highest load that still meets every limit (``measure.bench``
+    finds it by a bounded search)."""
+
+    ttft_p50_ms: float | None = Field(default=None, gt=0)
+    ttft_p90_ms: float | None = Field(default=None, gt=0)
+    ttft_p99_ms: float | None = Field(default=None, gt=0)
+    tpot_p50_ms: float | None = Field(default=None, gt=0)
+    tpot_p90_ms: float | None = Field(default=None, gt=0)
+    tpot_p99_ms: float | None = Field(default=None, gt=0)
+    itl_p50_ms: float | None = Field(default=None, gt=0)
+    itl_p90_ms: float | None = Field(default=None, gt=0)
+    itl_p99_ms: float | None = Field(default=None, gt=0)
+    e2e_p50_ms: float | None = Field(default=None, gt=0)
+    e2e_p90_ms: float | None = Field(default=None, gt=0)
+    e2e_p99_ms: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_limits(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for k in data:
+                if k not in cls.model_fields:
+                    import difflib
+
+                    close = difflib.get_close_matches(str(k), list(cls.model_fields), n=1)
+                    hint = f" (did you mean {close[0]}?)" if close else ""
+                    raise ValueError(f"unknown SLO limit {k!r}{hint}; valid: {', '.join(cls.model_fields)} "
+                                     "(milliseconds, > 0)")
+        return data
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> "Slo":
+        if not self.limits():
+            raise ValueError("an SLO needs at least one limit; valid: " + ", ".join(type(self).model_fields))
+        return self
+
+    def limits(self) -> list[tuple[str, str, float]]:
+        """(metric, percentile, limit in ms) of each limit set: ("ttft", "p99", 2000.0)."""
+        out = []
+        for name in type(self).model_fields:
+            v = getattr(self, name)
+            if v is not None:
+                metric, pct, _ = name.split("_")
+                out.append((metric, pct, float(v)))
+        return out
+
+    def per_request(self, metric: str) -> float | None:
+        """The strictest limit on ``metric`` (ttft or tpot), applied to each request for goodput."""
+        vals = [v for m, _, v in self.limits() if m == metric]
+        return min(vals) if vals else None
+
+    def describe(self) -> str:
+        """'p99 TTFT ≤ 2000 ms and p99 TPOT ≤ 100 ms'."""
+        return " and ".join(f"{p} {m.upper()} \u2264 {v:g} ms" for m, p, v in self.limits())
+
+
 class Bench(_Strict):
+    """``[bench]``: the load levels and how each is measured.
+
+    Every level is measured in independent repetitions (one repetition = one full pass of
+    ``requests_per_level`` requests; the warm-up is never counted): at least ``repetitions``,
+    then more until the 95 % interval of the level's output tok/s is within ``target_ci`` of
+    its mean (relative half-width), at most ``max_repetitions`` (default max(repetitions, 5)).
+    ``target_ci = 0`` always runs to the cap. decide compares configurations on these
+    repetitions (bakeoff.decide.stats).
+    """
+
     concurrency: list[int] = Field(default=[1, 4], min_length=1)
     requests_per_level: int = Field(default=8, gt=0)
     warmup_requests: int = Field(default=1, ge=0)
@@ -331,6 +400,20 @@ class Bench(_Strict):
                                    description="failed requests past this share of a level make the trial not ok")
     early_stop_ratio: float = Field(default=0.5, gt=0, le=1,
                                     description="a reply shorter than this share of the baseline's for the same request is an early stop")
+    repetitions: int = Field(default=3, ge=1, description="independent repetitions of each level, at least")
+    max_repetitions: int | None = Field(default=None, ge=1, description="at most (default max(repetitions, 5))")
+    target_ci: float = Field(default=0.05, ge=0, lt=1, description="stop repeating once the 95 % interval of the "
+                             "level's output tok/s is within this fraction of its mean; 0 = always run to the cap")
+    remeasure_after: int = Field(default=3, ge=0, description="the drift guard: measure the baseline again at the end "
+                                 "when this many other configurations were benchmarked in the run (0: never)")
+    launch_noise: float = Field(default=0.08, ge=0, lt=1, description="relative spread of one configuration's mean "
+                                "from one launch (one stretch of time) to the next, beyond what its repetitions show; added "
+                                "to every comparison's uncertainty. 0.08: the A/A test (bench/aa_test.py, 15 pairs of one configuration relaunched on a loaded 2-core machine) made 4 false calls at 0.03, 3 at 0.05, 1 at 0.08; bench/README.md")
+    slo: Slo | None = Field(default=None, description="latency limits; with one, rank by goodput at the highest load meeting them")
+    slo_search: Literal["concurrency", "rate"] = Field(default="concurrency", description="what the SLO search varies")
+    slo_max_load: float = Field(default=32, gt=0, description="the SLO search's upper bound (concurrency or req/s)")
+    slo_min_load: float = Field(default=1, gt=0, description="the SLO search's first level (concurrency or req/s)")
+    slo_max_levels: int = Field(default=7, ge=2, le=20, description="load levels the SLO search may try, at most")
 
     @field_validator("concurrency")
     @classmethod
@@ -345,6 +428,21 @@ class Bench(_Strict):
         if any(r <= 0 for r in v):
             raise ValueError("every request rate must be > 0")
         return v
+
+    @model_validator(mode="after")
+    def _repetition_bounds(self) -> "Bench":
+        if self.max_repetitions is not None and self.max_repetitions < self.repetitions:
+            raise ValueError(f"max_repetitions ({self.max_repetitions}) is below repetitions ({self.repetitions}); "
+                             "valid: max_repetitions >= repetitions")
+        if self.slo is not None and self.slo_max_load < self.slo_min_load:
+            raise ValueError(f"slo_max_load ({self.slo_max_load:g}) is below slo_min_load ({self.slo_min_load:g})")
+        if self.slo is not None and self.tool != "bakeoff":
+            raise ValueError(f"slo needs tool = 'bakeoff' (the SLO search drives bakeoff's own load generator), not {self.tool!r}")
+        return self
+
+    @property
+    def repetition_cap(self) -> int:
+        return self.max_repetitions if self.max_repetitions is not None else max(self.repetitions, 5)
 
 
 class Plan(_Strict):

@@ -26,6 +26,7 @@ from bakeoff.plan import Planned
 from bakeoff.store import Store, TrialRecord
 
 CORRECT = ("ok", "slow")
+LAUNCH_NOISE = 0.08  # bench.launch_noise's default (for stores older than the field): bench/README.md
 
 
 def label(rec: TrialRecord) -> str:
@@ -47,9 +48,10 @@ def judged(rec: TrialRecord) -> str | None:
 # -- the objective: what "fastest" means for this sweep ------------------------------------
 @dataclass(frozen=True)
 class Objective:
-    name: str            # "output tok/s at c=4", "goodput (req/s meeting the SLO)"
+    name: str            # "output tok/s at c=4", "goodput: req/s meeting p99 TTFT ≤ 2000 ms, at the highest …"
     samples: list[float]  # one value per repetition
     higher_is_better: bool = True
+    where: str | None = None  # the load level the figure was measured at, when it differs by trial (SLO search)
 
     @property
     def value(self) -> float:
@@ -61,8 +63,9 @@ def objective_of(rec: TrialRecord) -> Objective | None:
     else output tok/s at the highest valid load level, one sample per repetition."""
     m = rec.metrics or {}
     obj = m.get("objective")
-    if obj and obj.get("samples"):
-        return Objective(obj["name"], [float(x) for x in obj["samples"]], obj.get("higher_is_better", True))
+    if obj is not None:  # explicit (SLO goodput): no samples means no level met it, so no figure to rank
+        samples = [float(x) for x in obj.get("samples") or [] if x is not None]
+        return Objective(obj["name"], samples, obj.get("higher_is_better", True), obj.get("level")) if samples else None
     valid = [lv for lv in m.get("levels") or [] if lv.get("valid")]
     if not valid:
         return None
@@ -95,6 +98,7 @@ class Decision:
     headline: str = ""                  # the recommendation, one sentence
     cautions: list[str] = field(default_factory=list)
     stop_reason: str | None = None
+    drift: dict | None = None           # the baseline measured again at the end vs first: Ratio.to_json() + describe
     verdicts: dict[str, dict] = field(default_factory=dict)  # key -> {verdict, detail, vs_baseline, caution}
 
     def summary_lines(self) -> list[str]:
@@ -118,27 +122,68 @@ class Decision:
         return cls(**d)
 
 
-def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None) -> tuple[Decision, list[TrialRecord]]:
-    """The decision over this spec's trials, and the trials with their final verdicts."""
+def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None,
+           baseline_again: dict | None = None) -> tuple[Decision, list[TrialRecord]]:
+    """The decision over this spec's trials, and the trials with their final verdicts.
+
+    ``baseline_again``: the baseline's metrics from a second measurement at the end of the sweep
+    (``measure.remeasure``), when there is one: the drift between the two is reported."""
     base = next((t for t in trials if t.is_baseline), None)
     base_ok = base is not None and judged(base) in CORRECT
     base_obj = objective_of(base) if base_ok else None
-    slow_fraction = ((spec.get("bench") or {}).get("slow_fraction")) or 0.8
+    bench = spec.get("bench") or {}
+    slow_fraction = bench.get("slow_fraction") or 0.8
     d = Decision(baseline_ok=base_ok, stop_reason=stop_reason)
+    _drift(d, base_obj, baseline_again)
+    # launch-to-launch noise: the configured floor, or what the baseline's own drift shows
+    between = max(bench.get("launch_noise", LAUNCH_NOISE), (d.drift or {}).get("between", 0.0))
     if base_obj:
         d.objective = base_obj.name
         d.noise = relative_half_width(base_obj.samples)
+        if len(base_obj.samples) > 1:  # "beyond the noise": what a tie could hide here, launch noise included
+            r0 = ratio_interval(base_obj.samples, base_obj.samples, between=between)
+            d.noise = max(d.noise or 0.0, (r0.hi - r0.lo) / 2) if r0 and r0.lo is not None else d.noise
     final = []
     for t in trials:
-        rec, info = _final(t, base, base_obj, base_ok, slow_fraction)
+        rec, info = _final(t, base, base_obj, base_ok, slow_fraction, between)
         d.verdicts[t.key] = info
         final.append(rec)
     _recommend(d, final, base, base_obj)
+    if d.drift and d.drift["call"] != "tie":
+        d.cautions.append(d.drift["caution"])
     return d, final
 
 
+def _drift(d: Decision, base_obj: Objective | None, again: dict | None) -> None:
+    """The baseline first vs again at the end: a change beyond the noise means the machine's speed
+    moved during the sweep, and every ratio above carries that much more uncertainty."""
+    if base_obj is None or not again:
+        return
+    later = objective_of(_Metrics(again))
+    if later is None or later.name != base_obj.name:
+        return
+    r = ratio_interval(later.samples, base_obj.samples, higher_is_better=base_obj.higher_is_better)
+    if r is None:
+        return
+    import math
+
+    d.drift = {**r.to_json(), "describe": r.describe(), "between": abs(math.log(r.ratio)) / math.sqrt(2)}
+    if r.call != "tie":
+        d.drift["caution"] = (f"DRIFT: the baseline measured again at the end of the sweep is {r.describe()} its first "
+                          f"measurement ({base_obj.name}): the machine's speed changed during the sweep beyond the "
+                          "noise, so ratios between trials run at different times are uncertain by about that much; "
+                          "run again on a quieter machine before trusting a small difference.")
+
+
+@dataclass(frozen=True)
+class _Metrics:
+    """A record-like view of bare metrics (what objective_of reads)."""
+
+    metrics: dict
+
+
 def _final(t: TrialRecord, base: TrialRecord | None, base_obj: Objective | None, base_ok: bool,
-           slow_fraction: float) -> tuple[TrialRecord, dict]:
+           slow_fraction: float, between: float = 0.0) -> tuple[TrialRecord, dict]:
     verdict, detail = judged(t), t.metrics.get("judged_detail", t.detail)
     metrics = {k: v for k, v in t.metrics.items() if k not in ("vs_baseline", "unverified", "ratio_vs_baseline")}
     if not t.is_finished():
@@ -152,15 +197,16 @@ def _final(t: TrialRecord, base: TrialRecord | None, base_obj: Objective | None,
                                "so nothing known-good was there to compare with")
             detail = f"{info['caution']}; {detail or ''}".rstrip("; ")
         obj = objective_of(t)
-        r = ratio_interval(obj.samples, base_obj.samples, higher_is_better=obj.higher_is_better) if obj and base_obj else None
+        r = (ratio_interval(obj.samples, base_obj.samples, higher_is_better=obj.higher_is_better, between=between)
+             if obj and base_obj else None)
         if r is not None:
             metrics["vs_baseline"] = r.to_json()
             metrics["ratio_vs_baseline"] = round(r.ratio, 3)
             info["vs_baseline"] = r.to_json()
-            if r.call == "worse" and r.ratio < slow_fraction:
+            if r.call == "worse" and (r.ratio if r.higher_is_better else 1 / r.ratio) < slow_fraction:
                 verdict = "slow"
-                detail = (f"correct, but {r.describe()} the baseline's {obj.name}, significantly below "
-                          f"the slow threshold {slow_fraction}")
+                detail = (f"correct, but {r.describe()} the baseline's {obj.name}: significantly slower, "
+                          f"and below the slow threshold {slow_fraction}")
             else:
                 verdict = "ok"
     info.update(verdict=verdict, detail=detail)
@@ -192,15 +238,15 @@ def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None,
                       "(no NaN, garbage, repetition or concurrency drift), not a comparison with known-good answers.")
     elif faster:
         win = faster[0]
-        d.headline = (f"Recommended: {label(win)} — {ratio(win).describe()} the baseline's {d.objective}; "
+        d.headline = (f"Recommended: {label(win)} — {ratio(win).describe()} the baseline's {_where(d.objective, win, base)}; "
                       "faster beyond the noise.")
     else:
         win = base
         noise = f" (±{d.noise * 100:.0f} % here)" if d.noise is not None else ""
         tied = [t for t in ranked if t.changed and (r := ratio(t)) is not None and r.call == "tie"]
         d.headline = (f"Recommended: the baseline — no configuration is faster than the baseline beyond the noise{noise}"
-                      + (f"; {len(tied)} tied with it." if tied else "."))
-        if any(t.changed for t in ranked) and all((r := ratio(t)) is None or r.lo is None for t in ranked if t.changed):
+                      + (f"; {len(tied)} tied with it" if tied else "") + f" (ranked by {_where(d.objective, base, None)}).")
+        if all((r := ratio(t)) is None or r.lo is None for t in ranked if t.changed) and any(t.changed for t in ranked):
             d.cautions.append("the speed figures have no interval (fewer than two repetitions): set bench.repetitions "
                               "to 2 or more before calling any configuration faster")
     d.objective = d.objective or (objective_of(win).name if objective_of(win) else "")
@@ -217,7 +263,18 @@ def _no_known_good(base: TrialRecord | None) -> str:
 
 def _value(t: TrialRecord) -> str:
     o = objective_of(t)
-    return f"{o.value:.1f} {o.name}" if o else "no figure"
+    if not o:
+        why = ((t.metrics or {}).get("objective") or {}).get("why")
+        return f"no figure ({why})" if why else "no figure"
+    return f"{o.value:.3g} {o.name}" + (f" (found: {o.where})" if o.where else "")
+
+
+def _where(name: str, t: TrialRecord | None, base: TrialRecord | None) -> str:
+    """The objective's name, with the load each side was found at when it differs by trial."""
+    o, b = (objective_of(t) if t else None), (objective_of(base) if base else None)
+    if o is None or o.where is None:
+        return name
+    return f"{name} ({o.where}" + (f" vs the baseline's {b.where})" if b is not None and b is not o and base is not t else ")")
 
 
 def _pick(t: TrialRecord) -> Pick:
@@ -234,7 +291,7 @@ def save(store: Store) -> Decision:
     """Decide over the store's current trials; write final verdicts and the decision back."""
     sweep = store.sweep() or {"spec": {}}
     trials = store.current()
-    d, final = decide(sweep["spec"], trials, store.meta("stop_reason"))
+    d, final = decide(sweep["spec"], trials, store.meta("stop_reason"), store.meta("baseline_again"))
     for old, new in zip(trials, final):
         if new != old:
             store.save(new)
@@ -245,4 +302,5 @@ def save(store: Store) -> Decision:
 def load(store: Store) -> Decision:
     """The stored decision (made by ``save``); an older store without one is decided now."""
     data = store.meta("decision")
-    return Decision.from_json(data) if data else decide((store.sweep() or {}).get("spec") or {}, store.current())[0]
+    return Decision.from_json(data) if data else decide((store.sweep() or {}).get("spec") or {}, store.current(),
+                                                        baseline_again=store.meta("baseline_again"))[0]

@@ -12,6 +12,7 @@ there is no interval, and no claim.
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import asdict, dataclass
 
 from scipy import stats
@@ -53,8 +54,14 @@ class Ratio:
 
 
 def ratio_interval(trial: list[float], base: list[float], *, higher_is_better: bool = True,
-                   confidence: float = CONFIDENCE) -> Ratio | None:
-    """The ratio of geometric means of ``trial`` over ``base`` with its Welch interval."""
+                   confidence: float = CONFIDENCE, between: float = 0.0) -> Ratio | None:
+    """The ratio of geometric means of ``trial`` over ``base`` with its Welch interval.
+
+    ``between``: the relative spread (sd of the log) of one configuration's mean from one launch,
+    or one stretch of time, to another — what repetitions inside one trial cannot see, because
+    they are measured minutes apart from the other trial's (a shared machine's load moves in
+    between). It is added to each side's variance as a known term: se² = s_t²/n_t + s_b²/n_b
+    + 2·between², with Satterthwaite's degrees of freedom (the known term counting as exact). bench/aa_test.py measures it; ``bench.launch_noise`` sets it."""
     t = [x for x in trial if x and x > 0 and math.isfinite(x)]
     b = [x for x in base if x and x > 0 and math.isfinite(x)]
     if not t or not b:
@@ -63,6 +70,14 @@ def ratio_interval(trial: list[float], base: list[float], *, higher_is_better: b
     ratio = math.exp(_mean(lt) - _mean(lb))
     if len(t) < 2 or len(b) < 2:
         return Ratio(ratio, None, None, len(t), len(b), higher_is_better)
+    if between > 0:
+        vt, vb = statistics.variance(lt) / len(lt), statistics.variance(lb) / len(lb)
+        se2 = vt + vb + 2 * between ** 2
+        sampled_df = vt ** 2 / (len(lt) - 1) + vb ** 2 / (len(lb) - 1)
+        df = se2 ** 2 / sampled_df if sampled_df > 0 else math.inf  # the known term counts as infinitely many
+        half = (stats.t.ppf(0.5 + confidence / 2, df) if math.isfinite(df) else stats.norm.ppf(0.5 + confidence / 2)) * math.sqrt(se2)
+        d = _mean(lt) - _mean(lb)
+        return Ratio(ratio, math.exp(d - half), math.exp(d + half), len(t), len(b), higher_is_better)
     if _spread(lt) == 0 and _spread(lb) == 0:  # identical repetitions: the interval is the point
         return Ratio(ratio, ratio, ratio, len(t), len(b), higher_is_better)
     res = stats.ttest_ind(lt, lb, equal_var=False)

@@ -17,7 +17,46 @@ def run(base_url: str, cfg: Bench, **kw) -> list[LevelStats]:
     if cfg.tool != "bakeoff":
         from bakeoff.measure import tools
 
-        return tools.run_tool(base_url, cfg, model=kw.get("model"),
-                              ignore_eos=cfg.ignore_eos if cfg.ignore_eos is not None else kw.get("ignore_eos", False),
-                              expect_logprobs=kw.get("expect_logprobs", True))
+        from bakeoff.measure.bench import with_samples
+
+        # the external tool runs ``repetitions`` times (no adaptive stop: each run is a process)
+        runs = [tools.run_tool(base_url, cfg, model=kw.get("model"),
+                               ignore_eos=cfg.ignore_eos if cfg.ignore_eos is not None else kw.get("ignore_eos", False),
+                               expect_logprobs=kw.get("expect_logprobs", True))
+                for _ in range(cfg.repetitions)]
+        out = []
+        for per in zip(*runs):
+            bad = next((s for s in per if not s.valid), None)
+            out.append(bad if bad is not None else with_samples(per[0], list(per), "fixed"))
+        return out
     return _run_loop(run_async(base_url, cfg, **kw))
+
+
+def remeasure(spec, store, host, sweep_dir, model_path: str, *, progress=None, should_stop=lambda: False) -> dict | None:
+    """The drift guard: launch the baseline once more at the end of a sweep and benchmark it as
+    before; its metrics go to the store's meta ``baseline_again``, where ``decide`` compares them
+    with the baseline's first measurement (``Decision.drift``, a caution when beyond the noise).
+
+    Runs only when the baseline passed and some other configuration was launched after it.
+    The re-run is not a trial: nothing in the trial table changes; its server log is
+    ``logs/<next idx>-<baseline key>.log``. Returns the stored metrics, or None."""
+    import time
+
+    from bakeoff.plan import Planned
+    from bakeoff.run.executors.base import Recorder, runner_for
+
+    trials = [t for t in store.current() if t.is_finished()]
+    base = next((t for t in trials if t.is_baseline), None)
+    if base is None or base.metrics.get("judged", base.verdict) not in ("ok", "slow"):
+        return None
+    if not any(t.changed and t.verdict != "skipped" for t in trials):
+        return None
+    rec = Recorder()
+    runner = runner_for(spec, host, rec, sweep_dir, model_path, progress=progress, should_stop=should_stop)
+    again = runner.run(base.with_(state="pending", verdict=None, metrics={}, attempts=0), Planned(store.next_idx(), base.config, ()), None)
+    if again.verdict != "ok":
+        out = {"failed": f"{again.verdict}: {again.detail}", "finished": time.time()}
+    else:
+        out = {**{k: v for k, v in again.metrics.items() if k != "probe"}, "finished": time.time()}
+    store.set_meta("baseline_again", out)
+    return out

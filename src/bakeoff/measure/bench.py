@@ -59,15 +59,30 @@ def synthetic_prompt(rng: random.Random, n_words: int) -> str:
 # -- prompts ----------------------------------------------------------------------------------
 
 
-async def make_prompts(session, base_url: str, n: int, input_tokens: int, seed: int,
+def prompt_for(seed: int, key: str | int, input_tokens: int) -> str:
+    """The raw (uncut) prompt of request ``key``: a function of (seed, key) alone, so every trial
+    sends the same prompt for the same request whatever ran before it (keys: ``request_key``)."""
+    n_words = int(input_tokens / TOKENS_PER_WORD_ESTIMATE * 1.5) + 8  # surely long enough, then cut
+    return synthetic_prompt(random.Random(f"{seed}|{key}"), n_words)
+
+
+def request_key(level: str, repetition: int, j: int) -> str:
+    """The stable name of a measured request: level, repetition, position ("c=4/r2/7");
+    warm-up requests are "warmup/j"."""
+    return f"{level}/r{repetition}/{j}"
+
+
+async def make_prompts(session, base_url: str, n: int | list, input_tokens: int, seed: int,
                        tokenizer: str | None = None) -> tuple[list[str], str]:
-    """``n`` prompts of ``input_tokens`` tokens each, and how they were counted.
+    """Prompts of ``input_tokens`` tokens each for ``n`` request keys (an int: keys 0..n-1), and
+    how they were counted. Each prompt depends only on (seed, key): see ``prompt_for``.
 
     Returns ``(prompts, by)`` with ``by`` one of ``server``, ``local:<tokenizer>``, ``estimate``.
     """
-    n_words = int(input_tokens / TOKENS_PER_WORD_ESTIMATE * 1.5) + 8  # surely long enough, then cut
-    # one generator per request index: the same index gets the same prompt in every trial
-    raw = [synthetic_prompt(random.Random(f"{seed}:{i}"), n_words) for i in range(n)]
+    keys = list(range(n)) if isinstance(n, int) else list(n)
+    raw = [prompt_for(seed, k, input_tokens) for k in keys]
+    if not raw:
+        return [], "estimate"
     ids = await tokenize_ids(session, base_url, raw[0])
     if ids is not None and await detokenize(session, base_url, ids[:input_tokens]) is not None:
         out = []
@@ -130,6 +145,11 @@ class LevelStats:
     fault: str | None = None          # a detector/early_stop/bench_errors finding: the trial is not ok
     lens: list = field(default_factory=list)      # output tokens by request index (None: failed)
     repeats: list = field(default_factory=list)   # indices whose repetition was excused under ignore_eos
+    repetitions: int = 1              # independent passes pooled here (latency percentiles over all)
+    samples: dict = field(default_factory=dict)   # metric -> one value per repetition
+    ci: dict = field(default_factory=dict)        # metric -> {mean, lo, hi, rel_half_width} (95 %, Student t)
+    stopped: str | None = None        # why repetitions stopped: ci (narrow enough) | cap | invalid
+    slo: dict | None = None           # SLO search: {met, load, found, limits, ...}
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -341,35 +361,263 @@ def api_url(base_url: str, api: str) -> str:
     return base_url.rstrip("/") + ("/v1/chat/completions" if api == "chat" else "/v1/completions")
 
 
+# -- repetitions ------------------------------------------------------------------------------
+
+# metric -> its value in one repetition's LevelStats (None when that repetition has none)
+SAMPLED = {
+    "output_tok_s": lambda s: s.output_tok_s,
+    "request_throughput": lambda s: s.request_throughput,
+    "total_tok_s": lambda s: s.total_tok_s,
+    "goodput": lambda s: s.goodput,
+    "ttft_p50_ms": lambda s: s.ttft_ms.get("p50"),
+    "ttft_p99_ms": lambda s: s.ttft_ms.get("p99"),
+    "tpot_p50_ms": lambda s: s.tpot_ms.get("p50"),
+    "tpot_p99_ms": lambda s: s.tpot_ms.get("p99"),
+    "itl_p50_ms": lambda s: s.itl_ms.get("p50"),
+    "e2e_p50_ms": lambda s: s.e2e_ms.get("p50"),
+}
+RATES = ("output_tok_s", "request_throughput", "total_tok_s", "goodput")
+
+
+@dataclass
+class Repetition:
+    """One full pass of a level: its results (in request order), duration and statistics."""
+
+    results: list[Result]
+    wall_s: float
+    stats: LevelStats
+
+
+async def repeat_until(measure_once, *, minimum: int, cap: int, target: float,
+                       figure=lambda s: s.output_tok_s, first: list | None = None) -> tuple[list, str]:
+    """Repetitions of one level: ``await measure_once(r)`` for r = len(first), ... until
+
+    * a repetition is invalid or had failed requests (``"invalid"``: more would not help),
+    * ``cap`` repetitions ran (``"cap"``),
+    * at least ``minimum`` ran and the 95 % interval of ``figure`` over them is within
+      ``target`` of its mean (``"ci"``; ``target`` 0 never stops early).
+
+    Returns the repetitions and why it stopped. ``first`` are repetitions already run (the SLO
+    search's pass at the level it found)."""
+    from bakeoff.decide.stats import relative_half_width
+
+    reps = list(first or [])
+    while True:
+        if reps and (not reps[-1].stats.valid or reps[-1].stats.errors):
+            return reps, "invalid"
+        if len(reps) >= cap:
+            return reps, "cap"
+        if len(reps) >= minimum and target > 0:
+            hw = relative_half_width([figure(r.stats) for r in reps])
+            if hw is not None and hw <= target:
+                return reps, "ci"
+        reps.append(await measure_once(len(reps)))
+
+
+def pool(name: str, reps: list[Repetition], stopped: str | None, **summary_kw) -> LevelStats:
+    """One level from its repetitions: latencies pooled over every request; the rates are the
+    mean over repetitions, with ``samples`` (one value per repetition) and their 95 % ``ci``."""
+    out = summarize(name, [r for rep in reps for r in rep.results], sum(rep.wall_s for rep in reps), **summary_kw)
+    return with_samples(out, [rep.stats for rep in reps], stopped)
+
+
+def with_samples(out: LevelStats, per: list[LevelStats], stopped: str | None) -> LevelStats:
+    """``out`` with the per-repetition ``samples`` of ``per``, their intervals, and the rates as
+    their mean (so that a figure and its interval agree)."""
+    from bakeoff.decide.stats import mean_interval
+
+    out.repetitions = len(per)
+    out.stopped = stopped
+    out.samples = {m: [f(s) for s in per] for m, f in SAMPLED.items() if per and all(f(s) is not None for s in per)}
+    for m in RATES:
+        if m in out.samples:
+            setattr(out, m, statistics.fmean(out.samples[m]))
+    for m, xs in out.samples.items():
+        mean, lo, hi = mean_interval(xs)
+        out.ci[m] = {"mean": mean, "lo": lo, "hi": hi,
+                     "rel_half_width": None if lo is None or not mean else (hi - lo) / 2 / abs(mean)}
+    return out
+
+
+class Load:
+    """bakeoff's load generator bound to one server: one repetition of a level (``once``), a
+    level in repetitions (``level``). Request ``j`` of repetition ``r`` of level ``name`` always
+    sends the same prompt (``request_key``), whatever the trial."""
+
+    def __init__(self, session, base_url: str, cfg: Bench, *, model: str | None, ignore_eos: bool,
+                 expect_logprobs: bool, prompts: list[str] | None = None) -> None:
+        self.session, self.base_url, self.cfg = session, base_url, cfg
+        self.url = api_url(base_url, cfg.api)
+        self.model, self.eos, self.expect_logprobs = model, ignore_eos, expect_logprobs
+        self.given = prompts
+        self.by: str | None = "given" if prompts is not None else None
+        self._given_next = cfg.warmup_requests
+        self.ttft_slo_ms = cfg.slo.per_request("ttft") if cfg.slo else cfg.ttft_slo_ms
+        self.tpot_slo_ms = cfg.slo.per_request("tpot") if cfg.slo else cfg.tpot_slo_ms
+
+    async def prompts(self, keys: list[str]) -> list[str]:
+        if self.given is not None:
+            rest = self.given[self.cfg.warmup_requests:] or self.given
+            out = []
+            for _ in keys:  # measured requests take the given prompts in order, round and round
+                i = self._given_next - self.cfg.warmup_requests
+                out.append(rest[i % len(rest)] if i >= 0 else self.given[self._given_next])
+                self._given_next += 1
+            return out
+        texts, by = await make_prompts(self.session, self.base_url, keys, self.cfg.input_tokens, self.cfg.seed,
+                                       self.cfg.tokenizer)
+        self.by = self.by or by
+        return texts
+
+    async def warm_up(self) -> None:
+        n = self.cfg.warmup_requests
+        if not n:
+            return
+        if self.given is not None:
+            texts = self.given[:n]
+        else:
+            texts = await self.prompts([f"warmup/{j}" for j in range(n)])
+        await run_level(self.session, self.url, [self._body(t) for t in texts], concurrency=n, api=self.cfg.api)
+
+    def _body(self, text: str) -> dict:
+        return request_body(self.cfg, text, model=self.model, ignore_eos=self.eos, logprobs=self.expect_logprobs)
+
+    def summary_kw(self) -> dict:
+        return dict(ttft_slo_ms=self.ttft_slo_ms, tpot_slo_ms=self.tpot_slo_ms, expect_logprobs=self.expect_logprobs,
+                    ignore_eos=self.eos, max_tokens=self.cfg.output_tokens, prompt_tokens_by=self.by,
+                    prompt_len=self.cfg.input_tokens, max_error_share=self.cfg.max_error_share)
+
+    async def once(self, name: str, conc: int | None, rate: float | None, rep: int, n: int, seed: int) -> Repetition:
+        texts = await self.prompts([request_key(name, rep, j) for j in range(n)])
+        results, wall = await run_level(self.session, self.url, [self._body(t) for t in texts], concurrency=conc,
+                                        rate=rate, seed=seed + 1000 * rep, api=self.cfg.api)
+        return Repetition(results, wall, summarize(name, results, wall, **self.summary_kw()))
+
+    async def level(self, name: str, conc: int | None, rate: float | None, *, n: int, seed: int,
+                    first: list[Repetition] | None = None) -> LevelStats:
+        cfg = self.cfg
+        reps, stopped = await repeat_until(lambda r: self.once(name, conc, rate, r, n, seed), minimum=cfg.repetitions,
+                                           cap=cfg.repetition_cap, target=cfg.target_ci, first=first)
+        return pool(name, reps, stopped, **self.summary_kw())
+
+
 async def run_async(base_url: str, cfg: Bench, *, model: str | None = None, ignore_eos: bool = False,
                     timeout_s: float = 300, expect_logprobs: bool = True,
                     prompts: list[str] | None = None) -> list[LevelStats]:
-    """Warm up, then run every level of ``cfg`` against ``base_url`` with bakeoff's own client.
+    """Warm up, then run every level of ``cfg`` against ``base_url`` with bakeoff's own client,
+    each in repetitions (``Bench``); with ``cfg.slo``, the SLO search's levels instead.
 
     ``ignore_eos`` is the engine's support; ``cfg.ignore_eos`` (when set) overrides it.
     ``prompts`` replaces the synthetic ones (warm-up ones first), e.g. to share a workload.
     """
     eos = cfg.ignore_eos if cfg.ignore_eos is not None else ignore_eos
-    url = api_url(base_url, cfg.api)
-    levels = levels_of(cfg)
-    out = []
     async with new_session(timeout_s=timeout_s) as session:
-        n_total = cfg.warmup_requests + cfg.requests_per_level * len(levels)
-        if prompts is None:
-            prompts, by = await make_prompts(session, base_url, n_total, cfg.input_tokens, cfg.seed, cfg.tokenizer)
+        load = Load(session, base_url, cfg, model=model, ignore_eos=eos, expect_logprobs=expect_logprobs, prompts=prompts)
+        await load.warm_up()
+        if cfg.slo is not None:
+            return await slo_search(load)
+        return [await load.level(name, conc, rate, n=cfg.requests_per_level, seed=cfg.seed + i)
+                for i, (name, conc, rate) in enumerate(levels_of(cfg))]
+
+
+# -- SLO goodput ------------------------------------------------------------------------------
+
+
+def slo_verdict(s: LevelStats, slo) -> tuple[bool, str]:
+    """Does level ``s`` meet every limit of ``slo`` (percentiles over its requests)? And why not."""
+    if s.errors or not s.valid:
+        return False, f"{s.errors} failed request(s)" if s.errors else (s.why_invalid or "invalid")
+    dists = {"ttft": s.ttft_ms, "tpot": s.tpot_ms, "itl": s.itl_ms, "e2e": s.e2e_ms}
+    for metric, pct, limit in slo.limits():
+        v = dists[metric].get(pct)
+        if v is None:
+            return False, f"no {metric.upper()} measured"
+        if v > limit:
+            return False, f"{pct} {metric.upper()} {v:.0f} ms > {limit:g} ms"
+    return True, "met"
+
+
+def slo_objective_name(cfg: Bench) -> str:
+    what = "concurrency" if cfg.slo_search == "concurrency" else "request rate"
+    return f"goodput: req/s meeting {cfg.slo.describe()}, at the highest {what} meeting it"
+
+
+async def slo_search(load: Load) -> list[LevelStats]:
+    """The highest load (concurrency, or Poisson rate) whose level meets ``cfg.slo``: doubling
+    from ``slo_min_load`` until a level fails (or ``slo_max_load``), then bisection between the
+    last level met and the first failed; at most ``slo_max_levels`` levels, one repetition each.
+    The level found is then measured in repetitions (its search pass counts as the first).
+    Returns every level tried, by load; each carries ``slo`` = {met, why, load, found}."""
+    cfg = load.cfg
+    integer = cfg.slo_search == "concurrency"
+    lo = max(1, round(cfg.slo_min_load)) if integer else cfg.slo_min_load
+    hi = max(lo, int(cfg.slo_max_load)) if integer else cfg.slo_max_load
+    tried: dict[float, tuple[Repetition, bool, str]] = {}
+
+    def where(x: float) -> tuple[str, int | None, float | None, int]:
+        if integer:
+            return f"c={int(x)}", int(x), None, max(cfg.requests_per_level, 2 * int(x))
+        return f"rate={x:.3g}", None, x, cfg.requests_per_level
+
+    async def meets(x: float) -> bool:
+        name, conc, rate, n = where(x)
+        rep = await load.once(name, conc, rate, 0, n, cfg.seed)
+        ok, why = slo_verdict(rep.stats, cfg.slo)
+        tried[x] = (rep, ok, why)
+        return ok
+
+    best = fail = None
+    x = lo
+    while len(tried) < cfg.slo_max_levels:
+        if not await meets(x):
+            fail = x
+            break
+        best = x
+        if x >= hi:
+            break
+        x = min(hi, x * 2)
+    while best is not None and fail is not None and len(tried) < cfg.slo_max_levels:
+        if integer and fail - best <= 1 or not integer and fail / best <= 1.1:
+            break
+        mid = (best + fail) // 2 if integer else round((best * fail) ** 0.5, 3)
+        if await meets(mid):
+            best = mid
         else:
-            by = "given"
-        it = iter(prompts)
-        warm = [request_body(cfg, next(it), model=model, ignore_eos=eos, logprobs=expect_logprobs) for _ in range(cfg.warmup_requests)]
-        if warm:
-            await run_level(session, url, warm, concurrency=len(warm), api=cfg.api)
-        for i, (name, conc, rate) in enumerate(levels):
-            bodies = [request_body(cfg, next(it), model=model, ignore_eos=eos, logprobs=expect_logprobs) for _ in range(cfg.requests_per_level)]
-            results, wall = await run_level(session, url, bodies, concurrency=conc, rate=rate, seed=cfg.seed + i, api=cfg.api)
-            out.append(summarize(name, results, wall, ttft_slo_ms=cfg.ttft_slo_ms, tpot_slo_ms=cfg.tpot_slo_ms,
-                                 expect_logprobs=expect_logprobs, ignore_eos=eos, max_tokens=cfg.output_tokens,
-                                 prompt_tokens_by=by, prompt_len=cfg.input_tokens, max_error_share=cfg.max_error_share))
+            fail = mid
+    out = []
+    for x in sorted(tried):
+        rep, ok, why = tried[x]
+        name, conc, rate, n = where(x)
+        if x == best:
+            lv = await load.level(name, conc, rate, n=n, seed=cfg.seed, first=[rep])
+            ok, why = slo_verdict(lv, cfg.slo)
+        else:
+            lv = pool(name, [rep], "search", **load.summary_kw())
+        if lv.goodput is None and "goodput" not in lv.samples:  # no TTFT/TPOT limit: every answered request counts
+            lv.goodput, lv.samples["goodput"] = lv.request_throughput, list(lv.samples.get("request_throughput", []))
+        lv.slo = {"load": x, "met": ok, "why": why, "found": x == best, "limits": cfg.slo.describe(),
+                  "search": cfg.slo_search, "levels_tried": len(tried), "first_failed": fail}
+        out.append(lv)
     return out
+
+
+def objective(levels: list[dict]) -> dict | None:
+    """With an SLO search among ``levels``: the figure decide ranks by — goodput per repetition at
+    the load found (``samples`` empty when no level met the SLO: then nothing to rank)."""
+    searched = [lv for lv in levels if lv.get("slo")]
+    if not searched:
+        return None
+    found = next((lv for lv in searched if lv["slo"].get("found")), None)
+    what = "concurrency" if searched[0]["slo"].get("search") == "concurrency" else "request rate"
+    name = f"goodput: req/s meeting {searched[0]['slo']['limits']}, at the highest {what} meeting it"
+    if found is None:
+        first = searched[0]
+        return {"name": name, "samples": [], "higher_is_better": True, "level": None, "load": None,
+                "why": f"no level met the SLO: at {first['level']}, {first['slo']['why']}"}
+    samples = (found.get("samples") or {}).get("goodput") or []
+    return {"name": name, "samples": samples, "higher_is_better": True, "level": found["level"],
+            "load": found["slo"]["load"], "met_on_repeat": found["slo"]["met"],
+            "why": found["slo"]["why"], "first_failed": found["slo"].get("first_failed")}
 
 
 def _run_loop(coro):
@@ -381,14 +629,19 @@ def _run_loop(coro):
 
 
 def headline(levels: list[dict]) -> dict:
-    """The figures a trial is ranked by: tok/s at the highest valid level, TTFT p50 at the lowest."""
+    """The figures a trial is ranked by: tok/s at the highest valid level, TTFT p50 at the lowest;
+    with an SLO search, ``objective`` (goodput at the load found; bakeoff.decide ranks by it)."""
     valid = [lv for lv in levels if lv.get("valid")]
     if not valid:
         return {}
     top, low = valid[-1], valid[0]
-    return {
+    out = {
         "output_tok_s": top["output_tok_s"],
         "ttft_p50_ms": (low.get("ttft_ms") or {}).get("p50"),
         "tpot_p50_ms": (top.get("tpot_ms") or {}).get("p50"),
         "level": top["level"],
     }
+    obj = objective(levels)
+    if obj is not None:
+        out["objective"] = obj
+    return out

@@ -162,11 +162,15 @@ def verdict_matrix(spec: dict, trials: list[TrialRecord]) -> str:
 
 # -- the single-change table -----------------------------------------------------------------
 def change_table(trials: list[TrialRecord]) -> str:
-    out = ['<table id="single-change"><tr><th>#</th><th>single change</th><th>result</th><th class="num">output tok/s</th>'
-           '<th class="num">TTFT p50 ms</th><th class="num">vs baseline (95 % CI)</th><th>evidence</th></tr>']
+    from bakeoff.report import speed
+
+    slo = speed.has_slo(trials)
+    out = ['<table id="single-change"><tr><th>#</th><th>single change</th><th>result</th><th class="num">output tok/s (95 % CI)</th>'
+           '<th class="num">TTFT p50 ms</th>' + ('<th class="num">goodput under the SLO, at the load found</th>' if slo else "")
+           + '<th class="num">vs baseline (95 % CI)</th><th>evidence</th></tr>']
     for t in trials:
         toks = t.metrics.get("output_tok_s")
-        ratio = e(ratio_cell(t))
+        ratio = speed.versus(t)
         ev = [f"<div>{e(t.detail)}</div>"] if t.detail else []
         if t.metrics.get("hint"):
             ev.append(f'<div class="hint">hint: {e(t.metrics["hint"])}</div>')
@@ -177,8 +181,9 @@ def change_table(trials: list[TrialRecord]) -> str:
         if t.log_path and t.verdict not in CORRECT:
             ev.append(f'<div class="hint">log: <code>{e(t.log_path)}</code></div>')
         out.append(f"<tr><td class=\"num\">{t.idx}</td><td>{e(label(t))}</td><td>{_badge(t.verdict or t.state)} "
-                   f"{e(t.cause or '')}</td><td class=\"num\">{_fmt(toks)}</td><td class=\"num\">{_fmt(t.metrics.get('ttft_p50_ms'), '.0f')}</td>"
-                   f"<td class=\"num\">{ratio}</td><td>{''.join(ev)}</td></tr>")
+                   f"{e(t.cause or '')}</td><td class=\"num\">{e(speed.throughput(t))}</td><td class=\"num\">{_fmt(t.metrics.get('ttft_p50_ms'), '.0f')}</td>"
+                   + (f"<td class=\"num\">{e(speed.goodput(t))}</td>" if slo else "")
+                   + f"<td class=\"num\">{e(ratio)}</td><td>{''.join(ev)}</td></tr>")
     out.append("</table>")
     return "\n".join(out)
 
@@ -252,6 +257,13 @@ def perf_plot(trials: list[TrialRecord]) -> str:
         mine = [(x, y, lv) for tt, lv, x, y in pts if tt.key == t.key]
         xs, ys = [m[0] for m in mine], [m[1] for m in mine]
         ax.plot(xs, ys, "-o", color=cmap(i % 10), label=f"#{t.idx} {label(t)}", ms=7, lw=1.5, alpha=0.9)
+        from bakeoff.report.speed import throughput_error  # error bars: the 95 % interval over repetitions
+
+        bars = {str(lv.get("level")): throughput_error(lv) for lv in t.metrics.get("levels") or [] if lv.get("valid")}
+        err = [(x, y, bars.get(lv)) for x, y, lv in mine if bars.get(lv)]
+        if err:
+            ax.errorbar([x for x, _, _ in err], [y for _, y, _ in err], yerr=[[b[0] for *_, b in err], [b[1] for *_, b in err]],
+                        fmt="none", ecolor=cmap(i % 10), elinewidth=1.2, capsize=4, alpha=0.9)
         for x, y, lv in mine:
             ax.annotate(lv, (x, y), textcoords="offset points", xytext=(6, -12), fontsize=8, color="#555")
     xy = [(x, y) for _, _, x, y in pts]
@@ -260,7 +272,7 @@ def perf_plot(trials: list[TrialRecord]) -> str:
     ax.step(fx, fy, where="post", color="#222", ls="--", lw=1, label="Pareto front")
     ax.scatter(fx, fy, s=170, facecolors="none", edgecolors="#222", linewidths=1.6, zorder=5)
     ax.set_xlabel("TTFT p50 (ms)  ← lower is better")
-    ax.set_ylabel("output tok/s  ↑ higher is better")
+    ax.set_ylabel("output tok/s  ↑ higher is better (bars: 95 % CI over repetitions)")
     ax.set_title("Throughput vs latency, correct trials (one point per load level)")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=9, frameon=False)

@@ -7,6 +7,7 @@ from pathlib import Path
 from bakeoff import decide
 from bakeoff.decide import CORRECT, command_line, label  # noqa: F401  (renderers import them from here)
 from bakeoff.report import curves
+from bakeoff.report import speed
 from bakeoff.store import Store, TrialRecord
 
 MODES = {"single": "single-request", "long": "long-prompt (near the context length)", "concurrent": "concurrent-requests"}
@@ -31,19 +32,21 @@ def render(store: Store) -> str:
     ver = f", {spec.get('engine')} {fp['engine_version']}" if fp.get("engine_version") else ""
     lines.append(f"Hardware: {hw}{ver}. Fingerprint `{fp.get('hash', '?')}`" + (f" ({fp['note']})." if fp.get("note") else "."))
     lines += ["", "## Recommendation", "", *_recommendation(decision)]
+    slo = speed.has_slo(trials)
     lines += ["", "## Trials", "",
-              "| # | change vs baseline | verdict | cause | output tok/s | TTFT p50 ms | vs baseline (95 % CI) | evidence |",
-              "|---|---|---|---|---|---|---|---|"]
+              "| # | single change vs baseline | verdict | cause | output tok/s (95 % CI) | TTFT p50 ms | "
+              + ("goodput under the SLO (95 % CI), at the load found | " if slo else "") + "vs baseline (95 % CI) | evidence |",
+              "|---|---|---|---|---|---|---|---|" + ("---|" if slo else "")]
     for t in trials:
         toks = t.metrics.get("output_tok_s")
-        ratio = ratio_cell(t)
+        ratio = speed.versus(t)
         ev = (t.detail or "").replace("|", "\\|").replace("\n", " ")
         if len(ev) > 140:
             ev = ev[:137] + "..."
         verdict = t.verdict or t.state
         cause = f"{t.cause} ({t.metrics['failed_mode']})" if t.verdict == "wrong" and t.metrics.get("failed_mode") else t.cause or ""
-        lines.append(f"| {t.idx} | {label(t)} | **{verdict}** | {cause} | {_fmt(toks)} | "
-                     f"{_fmt(t.metrics.get('ttft_p50_ms'))} | {ratio} | {ev} |")
+        lines.append(f"| {t.idx} | {label(t)} | **{verdict}** | {cause} | {speed.throughput(t)} | "
+                     f"{_fmt(t.metrics.get('ttft_p50_ms'))} | " + (f"{speed.goodput(t)} | " if slo else "") + f"{ratio} | {ev} |")
     energy = [t for t in trials if t.metrics.get("energy")]
     if energy:
         lines += ["", "## Energy (GPU, during the benchmark; NVML)", "",
