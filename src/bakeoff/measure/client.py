@@ -47,6 +47,7 @@ class Result:
     finish_reason: str | None = None
     error: str | None = None
     last_token: float | None = None
+    reasoning: str = ""  # a reasoning model's thinking (``reasoning_content`` / ``reasoning`` deltas)
 
     @property
     def ok(self) -> bool:
@@ -110,6 +111,7 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict, api
     res = Result(logprobs_requested=bool(body.get("logprobs")))
     res.start = _perf()
     parts: list[str] = []
+    thoughts: list[str] = []
     chat = api == "chat"
     try:
         try:
@@ -145,6 +147,12 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict, api
                         if chat:
                             delta = c.get("delta")
                             piece = delta.get("content") if delta else None
+                            thought = (delta.get("reasoning_content") or delta.get("reasoning")) if delta else None
+                            if thought:  # thinking tokens are output tokens: they count for TTFT and timing
+                                if res.first_token is None:
+                                    res.first_token = now
+                                times.append(now)
+                                thoughts.append(thought)
                         else:
                             piece = c.get("text")
                         if c.get("logprobs"):
@@ -159,7 +167,7 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict, api
                         if event.get("usage"):
                             _absorb_usage(res, event["usage"])
                     else:
-                        _absorb(res, event, parts, now, api)
+                        _absorb(res, event, parts, now, api, thoughts)
             if not done and res.finish_reason is None:
                 # no [DONE] and no finish_reason: cut off (transformers serve sends no [DONE],
                 # but a choice that reported its finish_reason is complete)
@@ -167,7 +175,10 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict, api
     except (aiohttp.ClientError, TimeoutError, KeyError, TypeError, AttributeError, *_DECODE_ERRORS) as err:
         res.error = f"{type(err).__name__}: {err}"
     res.end = _perf()
-    res.text = "".join(parts)
+    res.reasoning = "".join(thoughts)
+    # the answer is the content; a reply that is all thinking (a reasoning parser that never saw the
+    # end of the thought, or thinking that used every token) is judged on its thinking
+    res.text = "".join(parts) or res.reasoning
     if res.chunk_times:
         res.last_token = res.chunk_times[-1]
     return res
@@ -189,7 +200,7 @@ def _absorb_logprobs(res: Result, lp) -> None:
             res.tokens.append({"token": tok, "logprob": tlp, "top_logprobs": []})
 
 
-def _absorb(res: Result, event: dict, parts: list[str], now: float, api: str) -> None:
+def _absorb(res: Result, event: dict, parts: list[str], now: float, api: str, thoughts: list[str] | None = None) -> None:
     """The general (slow) path: error events, usage-only events, several choices."""
     if "error" in event:
         raise ValueError(f"server error event: {str(event['error'])[:200]}")
@@ -200,6 +211,12 @@ def _absorb(res: Result, event: dict, parts: list[str], now: float, api: str) ->
         if api == "chat":
             delta = choice.get("delta") or {}
             piece = delta.get("content") or ""
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
+            if thought and thoughts is not None:
+                if res.first_token is None:
+                    res.first_token = now
+                res.chunk_times.append(now)
+                thoughts.append(thought)
         else:
             piece = choice.get("text") or ""
         lp = choice.get("logprobs")
