@@ -16,7 +16,6 @@ from pathlib import Path
 from bakeoff.errors import BakeoffError
 from bakeoff import decide
 from bakeoff.decide import CORRECT, label
-from bakeoff.report.markdown import ratio_cell
 from bakeoff.spec import render as render_value
 from bakeoff.store import Store, TrialRecord
 

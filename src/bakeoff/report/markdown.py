@@ -109,15 +109,6 @@ def _recommendation(d: decide.Decision) -> list[str]:
     return lines
 
 
-def ratio_cell(t: TrialRecord) -> str:
-    vs = t.metrics.get("vs_baseline")
-    if not vs:
-        return "—"
-    if vs.get("lo") is None:
-        return f"{vs['ratio']:.2f}x (no CI)"
-    return f"{vs['ratio']:.2f}x ({vs['lo']:.2f}–{vs['hi']:.2f}) {vs['call']}"
-
-
 def write(out_dir: Path, store: Store) -> Path:
     path = Path(out_dir) / "report.md"
     path.write_text(render(store), encoding="utf-8")

@@ -47,11 +47,11 @@ def label(rec: TrialRecord) -> str:
 
 
 def result_row(rec: TrialRecord) -> tuple[str, ...]:
-    from bakeoff.report.markdown import ratio_cell
+    from bakeoff.report.speed import versus
 
     toks = rec.metrics.get("output_tok_s")
     ttft = rec.metrics.get("ttft_p50_ms")
-    ratio = ratio_cell(rec)
+    ratio = versus(rec)
     verdict = rec.verdict or rec.state
     style = VERDICT_STYLE.get(verdict, "")
     ready = (rec.phases or {}).get("ready")
