@@ -614,3 +614,21 @@ def test_early_stop_gap_uses_the_baselines_own_eos_probability():
     unlisted = reply(tok("a", -0.1), tok("b", -1.08, [("b", -1.08), ("c", -1.5), ("d", -2.0), ("e", -3.0), ("f", -4.0)]))
     d = compare(unlisted, stopped_after(1), top_k=5)
     assert (d.early_stop, d.consistent) == (True, False) and d.gap == pytest.approx(2.92)
+
+
+def test_an_end_token_suppressed_by_ignore_eos_is_not_a_greedy_violation():
+    """Seen on the H200 (docs/results/h200-llamacpp): under ignore_eos llama.cpp reports the
+    end-of-turn token ('' as text) as the likelier alternative it was told to skip. That is the
+    request's doing, not a broken sampler; any other likelier token still is."""
+    from bakeoff.measure.client import Result
+
+    def reply(alt: str) -> Result:
+        toks = [{"token": w, "logprob": -0.1, "top_logprobs": [{"token": w, "logprob": -0.1}]} for w in ("The", " cat")]
+        toks.append({"token": " I", "logprob": -2.28, "top_logprobs": [{"token": alt, "logprob": -1.02},
+                                                                      {"token": " I", "logprob": -2.28}]})
+        return Result(text="The cat I", tokens=toks, logprobs_requested=True, finish_reason="length")
+
+    assert not [f for f in probes.detect(reply(""), ignore_eos=True) if f.startswith("not_greedy")]
+    assert not [f for f in probes.detect(reply("<|im_end|>"), ignore_eos=True) if f.startswith("not_greedy")]
+    assert [f for f in probes.detect(reply(""), ignore_eos=False) if f.startswith("not_greedy")]
+    assert [f for f in probes.detect(reply(" dog"), ignore_eos=True) if f.startswith("not_greedy")]

@@ -21,7 +21,7 @@ log "steps: $STEPS"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv > $W/nvidia-smi.csv 2>&1
 python3 - > $W/fingerprint.json 2>>"$OUT/run.log" <<'PY'
 import json, subprocess, importlib.metadata as md
-from bakeoff.fingerprint import environment_fingerprint
+from bakeoff.run.fingerprint import environment_fingerprint
 fp = environment_fingerprint("transformers")
 fp["packages"] = {p: md.version(p) for p in ("torch", "transformers", "triton", "fastapi", "uvicorn", "pydantic", "openai")}
 print(json.dumps(fp, indent=1, default=str))

@@ -14,33 +14,40 @@
 #     typer==0.29.2 rich==15.0.0 typing-extensions==4.16.0
 # On the device, consecutive calls (each within the 30 s a machine stays warm):
 #   1. carry .gpu/llama.cpp-src.tar.xz .gpu/smollm2.part.00:  bash scripts/gpu/llamacpp_h200.sh start
-#      (unpacks, starts both builds in the background with setsid, one after the other, -j16)
-#   2. carry .gpu/smollm2.part.01 .whl:  bash scripts/gpu/llamacpp_h200.sh model wait
-#   3. bash scripts/gpu/llamacpp_h200.sh wait sweep      (results under $OUT)
+#      (unpacks, starts both builds in the background with setsid, side by side, -j16 each), then
+#      WAIT_CAP_S=280 ... wait   holds the machine while they build
+#   2. carry .gpu/smollm2.part.01 .whl:  END_S=570 bash scripts/gpu/llamacpp_h200.sh model wait sweep
+#      (END_S: seconds from this call's start by which everything is packed into $OUT; the wait and the
+#      sweep's wall-clock cap are cut to fit; a sweep cut short keeps its finished trials)
 set -u
 OUT=${OUT:-/tmp/bakeoff-out}; mkdir -p "$OUT"
 LL=/tmp/ll; MD=/tmp/smollm2; W=/tmp/bakeoff-work; mkdir -p $LL $MD $W
 MODEL_SHA=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
 export PATH=/usr/local/cuda/bin:$PATH PYTHONUNBUFFERED=1
 [ -d /tmp/site ] && export PYTHONPATH=/tmp/site:$PWD/src || export PYTHONPATH=$PWD/src
+T0=$(date +%s); END_S=${END_S:-100000}
+left() { echo $(( T0 + END_S - $(date +%s) )); }
 log() { echo "[h200 $(date +%T)] $*" | tee -a "$LL/run.log"; }
 
 build_script() { cat <<'B'
 set -u
-b() {  # label, CMAKE_CUDA_ARCHITECTURES
+b() {  # label, CMAKE_CUDA_ARCHITECTURES, extra cmake options
   t0=$(date +%s)
   cmake -S /tmp/ll/llama.cpp -B /tmp/ll/build-$1 -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES=$2 -DGGML_CUDA_FA_ALL_QUANTS=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
-    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF > /tmp/ll/cmake-$1.log 2>&1
+    -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF ${3:-} > /tmp/ll/cmake-$1.log 2>&1
   rc=$?; t1=$(date +%s)
   [ $rc = 0 ] && { cmake --build /tmp/ll/build-$1 --target llama-server -j16 > /tmp/ll/build-$1.log 2>&1; rc=$?; }
   t2=$(date +%s)
-  echo "$1 CMAKE_CUDA_ARCHITECTURES=$2 rc=$rc configure_s=$((t1-t0)) build_s=$((t2-t1)) total_s=$((t2-t0))" >> /tmp/ll/build-times.txt
+  echo "$1 CMAKE_CUDA_ARCHITECTURES=$2 ${3:-} rc=$rc configure_s=$((t1-t0)) build_s=$((t2-t1)) total_s=$((t2-t0))" >> /tmp/ll/build-times.txt
   return $rc
 }
-b sm90 90
-b sm100 100-real || { echo "sm100 failed; the other-arch build falls back to 80-real" >> /tmp/ll/build-times.txt; rm -rf /tmp/ll/build-sm100; b sm100 80-real; }
-touch /tmp/ll/builds.done
+# both at once (-j16 each on 16 cores): their slow template-instance phases overlap
+b sm90 90 & p=$!
+# the other-arch build also leaves the flash-attention kernels out (GGML_CUDA_FA=OFF: about 60 of the ~100
+# template-instance files become stubs) to fit the device time; it crashes at its first kernel launch anyway
+b sm100 100-real -DGGML_CUDA_FA=OFF || { echo "sm100 failed; the other-arch build falls back to 80-real" >> /tmp/ll/build-times.txt; rm -rf /tmp/ll/build-sm100; b sm100 80-real -DGGML_CUDA_FA=OFF; }
+wait $p; touch /tmp/ll/builds.done
 B
 }
 
@@ -71,7 +78,7 @@ model)
   fi
   python3 -c "import bakeoff.cli, pydantic, typer; print('bakeoff imports; pydantic', pydantic.VERSION)" 2>&1 | tee -a $LL/run.log ;;
 wait)
-  cap=${WAIT_CAP_S:-540}; t0=$(date +%s)
+  cap=${WAIT_CAP_S:-$(( $(left) - 150 ))}; t0=$(date +%s)
   while [ ! -e $LL/builds.done ] && [ $(( $(date +%s) - t0 )) -lt $cap ]; do
     sleep 15; echo "[$(date +%T)] $(cat $LL/build-times.txt 2>/dev/null | tr '\n' ' ') | $(for f in $LL/build-sm*.log; do [ -e $f ] && echo "$(basename $f): $(tail -c 300 $f | tr '\r' '\n' | grep -o '\[[0-9]*/[0-9]*\]' | tail -1)"; done | tr '\n' ' ')"
   done
@@ -94,7 +101,9 @@ fp["nvcc"] = subprocess.run(["nvcc", "--version"], capture_output=True, text=Tru
 print(json.dumps(fp, indent=1, default=str))
 PY
   log "sweep examples/h200-llamacpp.toml"
-  timeout -s INT ${SWEEP_CAP_S:-480} python3 -m bakeoff.cli run examples/h200-llamacpp.toml --out $W/sweep > $W/sweep.out 2>&1
+  [ -e $LL/builds.done ] || { log "builds not done: no sweep"; tail -5 $LL/build-*.log; }
+  cap=${SWEEP_CAP_S:-$(( $(left) - 45 ))}; log "sweep cap ${cap}s"
+  timeout -s INT -k 20 $cap python3 -m bakeoff.cli run examples/h200-llamacpp.toml --out $W/sweep > $W/sweep.out 2>&1
   log "sweep rc=$?"; tail -5 $W/sweep.out | tee -a $LL/run.log
   python3 -m bakeoff.cli report $W/sweep --html >> $LL/run.log 2>&1
   python3 -m bakeoff.cli export $W/sweep >> $LL/run.log 2>&1

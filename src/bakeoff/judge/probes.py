@@ -24,7 +24,7 @@ more likely than any alternative) or is truncated is not "a prefix": it is an ``
 Thresholds (measured on the real engine, docs/notes/judge-thresholds.md; SmolLM2-135M Q4_1 on
 llama.cpp, CPU, healthy changes vs the baseline: A/A, flash attention, threads, batch sizes, KV
 q8_0 + flash attention; threads and batch sizes not finished in time):
-  * ``max_tie_gap`` 1.5 nats: the largest healthy gap at a divergence was 0.20 (flash attention);
+  * ``max_tie_gap`` 2.5 nats: the largest healthy gap at a divergence was 0.20 on CPU (flash attention), 1.60 under CUDA batching (H200);
     broken models diverge at inf (token outside the top-k) or stop ≥ 2 nats from EOS.
   * ``min_agreement`` 0.6 (whole answers, teacher-forced): healthy means 0.87–1.00.
   * ``gate_alpha`` 0.01 (one-sided exact McNemar): healthy runs lost ≤ 2 of 80 items (p ≥ 0.5).
@@ -158,8 +158,10 @@ def mcnemar_worse(base_right: list[bool], trial_right: list[bool]) -> tuple[int,
 # -- absolute detectors -----------------------------------------------------------------
 
 
-def detect(res: Result, *, expect_logprobs: bool = True) -> list[str]:
-    """Cheap absolute checks on one response; each finding is 'detector: evidence'."""
+def detect(res: Result, *, expect_logprobs: bool = True, ignore_eos: bool = False) -> list[str]:
+    """Cheap absolute checks on one response; each finding is 'detector: evidence'.
+    ``ignore_eos``: the request forbade ending, so an end-of-generation token that the server
+    lists as likelier than the chosen one was suppressed on purpose, not mis-sampled."""
     if res.error:
         return [f"request_error: {res.error}"]
     found = []
@@ -173,7 +175,7 @@ def detect(res: Result, *, expect_logprobs: bool = True) -> list[str]:
                          f"(first at token {res.tokens.index(bad[0])}, {bad[0].get('token')!r})")
         if not res.tokens and text:
             found.append("missing_logprobs: logprobs requested, none returned")
-        if not bad and (skip := _not_greedy(res)):
+        if not bad and (skip := _not_greedy(res, ignore_eos=ignore_eos)):
             found.append(skip)
     if not text.strip():
         found.append("empty: the reply has no text")
@@ -193,17 +195,21 @@ def detect(res: Result, *, expect_logprobs: bool = True) -> list[str]:
 GREEDY_SLACK = 0.05  # nats; the chosen token's own logprob may sit this far below its best alternative
 
 
-def _not_greedy(res: Result) -> str | None:
+_END_TOKEN = re.compile(r"^\s*$|^<[|/]?[\w.\-|]*[|]?>$")  # '' (an EOG token's text) or a special like <|im_end|>, </s>
+
+
+def _not_greedy(res: Result, *, ignore_eos: bool = False) -> str | None:
     """Every request bakeoff judges is greedy (temperature 0): each chosen token must be the top
     of the server's own reported distribution. A token chosen below its best alternative means
     something between the model and the sampler changed the choice (a logit bias, a broken
     sampler, an EOS forced early): ``early_stop`` when that token ended the reply, else ``not_greedy``."""
     for i, t in enumerate(res.tokens):
-        alts = [x.get("logprob") for x in (t.get("top_logprobs") or []) if _finite(x.get("logprob"))]
+        cands = [x for x in (t.get("top_logprobs") or []) if _finite(x.get("logprob"))
+                 and not (ignore_eos and _END_TOKEN.match(x.get("token") or ""))]
         lp = t.get("logprob")
-        if not alts or not _finite(lp) or lp >= max(alts) - GREEDY_SLACK:
+        if not cands or not _finite(lp) or lp >= max(x["logprob"] for x in cands) - GREEDY_SLACK:
             continue
-        best = max((x for x in t["top_logprobs"] if _finite(x.get("logprob"))), key=lambda x: x["logprob"])
+        best = max(cands, key=lambda x: x["logprob"])
         gap = best["logprob"] - lp
         if i == len(res.tokens) - 1 and res.finish_reason == "stop" and not (t.get("token") or "").strip():
             return (f"early_stop: the reply ended at token {i} with EOS (logprob {lp:.2f}) though the model's own top choice "

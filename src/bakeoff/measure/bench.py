@@ -203,7 +203,7 @@ def summarize(level: str, results: list[Result], wall_s: float, *, ttft_slo_ms: 
     for i, r in enumerate(results):
         if not r.ok:
             continue
-        found = detect(r, expect_logprobs=expect_logprobs)
+        found = detect(r, expect_logprobs=expect_logprobs, ignore_eos=ignore_eos)
         if ignore_eos and any(f.startswith(IGNORE_EOS_TOLERATED) for f in found):
             repeats.append(i)  # judged against the baseline's same request (check_against_baseline)
             found = [f for f in found if not f.startswith(IGNORE_EOS_TOLERATED)]
