@@ -10,7 +10,7 @@ from bakeoff.decide import decide, objective_of
 from bakeoff.decide.stats import ratio_interval
 from bakeoff.store import TrialRecord
 
-SPEC = {"bench": {"slow_fraction": 0.8}}
+SPEC = {"bench": {"slow_fraction": 0.8, "launch_noise": 0.03}}  # the mechanism, at a stated launch noise
 
 
 def trial(idx: int, samples: list[float], *, changed: bool = True, objective: dict | None = None) -> TrialRecord:

@@ -238,7 +238,9 @@ def test_floors_cover_json_the_gate_and_the_long_document():
     bad["json"] = words("name Alice age 30")
     assert probes.absolute_floors(collected(bad), CFG)[0].startswith("json_floor: prompt json asked for a JSON object")
     lost = collected(good(), long={"red": words("I do not know ."), "blue": words("No idea at all .")})
-    assert probes.absolute_floors(lost, CFG) == ["long_floor: 0/2 needles found in the long document (floor 1); e.g. red: 'Idonotknow.'"]
+    assert probes.absolute_floors(lost, CFG) == []  # no needle floor by default (SmolLM2 finds 0-3 of 4 when healthy)
+    with_floor = CFG.model_copy(update={"min_needles": 1})
+    assert probes.absolute_floors(lost, with_floor) == ["long_floor: 0/2 needles found in the long document (floor 1); e.g. red: 'Idonotknow.'"]
     cfg = spec.Probes(gate_items=20, concurrency=1)
     items = probes.gate_items(20)
     gate = {p.id: words("I cannot say .") for p in items}

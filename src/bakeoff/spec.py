@@ -270,14 +270,15 @@ class Probes(_Strict):
     max_tie_gap: float = Field(default=2.5, gt=0, description="logprob gap (nats) up to which a divergence is a near-tie "
                                "(healthy: up to 0.21 on CPU, 1.60 under CUDA batching on an H200; docs/notes/judge-thresholds.md)")
     max_reanchors: int = Field(default=3, ge=0, description="divergences per reply followed by teacher forcing the baseline's tokens")
-    text_min_agreement: float = Field(default=0.9, ge=0, le=1,
+    text_min_agreement: float = Field(default=0.8, ge=0, le=1,
                                       description="without logprobs: word agreement a diverging reply needs (strict)")
     max_task_drop: float = Field(default=0.0, ge=0, le=1,
                                  description="share of tasks the trial may lose by a divergence that is not a near-tie")
     # absolute floors, for every trial (the baseline included)
     min_task_accuracy: float = Field(default=0.6, ge=0, le=1, description="floor: share of the set's checkable tasks right")
     min_gate_accuracy: float = Field(default=0.15, ge=0, le=1, description="floor: task gate accuracy")
-    min_needles: int = Field(default=1, ge=0, description="floor: needles found in the long document")
+    min_needles: int = Field(default=0, ge=0, description="floor: needles found in the long document (0: SmolLM2-135M finds "
+                             "0-3 of 4 when healthy, so no floor by default; set it for a model that retrieves)")
     # the task gate
     gate_items: int = Field(default=80, ge=0, description="generated arithmetic/retrieval items; 0 disables the gate")
     gate_seed: int = 0
