@@ -784,6 +784,15 @@ def _diff_modes(res: dict) -> list[str]:
     return [m for m in res if m in DIFF_MODES or m.startswith("bench ")]
 
 
+def _asked_differently(collected: dict, baseline: dict, mode: str, pid: str) -> bool:
+    """The trial's request was not the baseline's (the long document is sized to each server's
+    served context, which a --parallel or --ctx-size axis changes): no differential for that
+    reply; the absolute checks and floors still apply."""
+    mine = (collected.get("texts") or {}).get(mode, {}).get(pid)
+    theirs = (baseline.get("texts") or {}).get(mode, {}).get(pid)
+    return mine is not None and theirs is not None and mine != theirs
+
+
 def whole_diffs(collected: dict, baseline: dict, cfg: Probes) -> dict[tuple[str, str], Diff]:
     """Every reply with a baseline counterpart (single, long, bench modes), judged whole."""
     res, base_res = collected["results"], baseline["results"]
@@ -793,7 +802,7 @@ def whole_diffs(collected: dict, baseline: dict, cfg: Probes) -> dict[tuple[str,
     for mode in _diff_modes(res):
         for pid, r in res[mode].items():
             b = base_res.get(mode, {}).get(pid)
-            if b is None or not b.ok:
+            if b is None or not b.ok or _asked_differently(collected, baseline, mode, pid):
                 continue
             out[(mode, pid)] = compare_whole(b, r, anchored.get(mode, {}).get(pid, []), top_k=top_k,
                                              tie_gap=cfg.max_tie_gap, text_min_agreement=cfg.text_min_agreement)
@@ -946,6 +955,7 @@ def results_to_json(collected: dict, bench_levels: list[dict] | None = None) -> 
     per-request reply lengths: ``bench`` = [{level, lens, repeats}])."""
     out = {
         "results": {m: {k: asdict(r) for k, r in items.items()} for m, items in collected["results"].items()},
+        "texts": {m: items for m, items in (collected.get("texts") or {}).items() if m != "single"},
         "long": collected.get("long", {}),
         "info": collected.get("info", {}),
         "anchored": {m: {p: [[k, asdict(r)] for k, r in conts] for p, conts in items.items()}
@@ -963,6 +973,7 @@ def results_from_json(data: dict, prompt_set: str) -> dict:
         "long": data.get("long", {}),
         "info": data.get("info", {}),
         "bench": data.get("bench"),
+        "texts": data.get("texts") or {},
         "anchored": {m: {p: [(k, Result(**r)) for k, r in conts] for p, conts in items.items()}
                      for m, items in (data.get("anchored") or {}).items()},
         "results": {m: {k: Result(**r) for k, r in items.items()} for m, items in data["results"].items()},
