@@ -234,7 +234,7 @@ class Sweep:
 
     def current(self) -> list[TrialRecord]:
         """This spec's trials (stale ones from an edited spec left out), in order."""
-        return [t for t in self.store.trials() if t.identity == self.identity]
+        return self.store.current()  # filtered by the identity init_sweep stored: this run's
 
     def history(self) -> list[TrialRecord]:
         return [t for t in self.current() if t.is_finished()]
