@@ -421,7 +421,8 @@ def test_host_lost_mid_sweep_is_infra_error_then_resumes(netns_host, tmp_path):
         run_sweep(spec, out, events=Events(note=notes.append))
         with Store(out) as store:
             trials = store.trials()
-        assert all(t.verdict in ("ok", "slow") for t in trials), [(t.verdict, t.detail) for t in trials]
+        assert all(t.verdict in ("ok", "slow") for t in trials), [(t.idx, t.config, t.verdict, t.cause, t.detail)
+                                                                  for t in trials if t.verdict not in ("ok", "slow")]
         assert [t.attempts for t in trials] == [1, 1, 1, 1]  # trial 0 not run again; 1, 2 never launched before
         assert f"stopped the server trial 0 left running (pid {first[0].pid})" in notes
         assert "server_left_running" not in trials[0].metrics

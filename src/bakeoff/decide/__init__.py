@@ -244,8 +244,12 @@ def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None,
         win = base
         noise = f" (±{d.noise * 100:.0f} % here)" if d.noise is not None else ""
         tied = [t for t in ranked if t.changed and (r := ratio(t)) is not None and r.call == "tie"]
-        d.headline = (f"Recommended: the baseline — no configuration is faster than the baseline beyond the noise{noise}"
-                      + (f"; {len(tied)} tied with it" if tied else "") + f" (ranked by {_where(d.objective, base, None)}).")
+        if not any(t.changed for t in ranked):
+            d.headline = ("Recommended: the baseline — no other configuration passed correctness "
+                          f"(figure: {_where(d.objective, base, None)}).")
+        else:
+            d.headline = (f"Recommended: the baseline — no configuration is faster than the baseline beyond the noise{noise}"
+                          + (f"; {len(tied)} tied with it" if tied else "") + f" (ranked by {_where(d.objective, base, None)}).")
         if all((r := ratio(t)) is None or r.lo is None for t in ranked if t.changed) and any(t.changed for t in ranked):
             d.cautions.append("the speed figures have no interval (fewer than two repetitions): set bench.repetitions "
                               "to 2 or more before calling any configuration faster")
