@@ -22,6 +22,7 @@ install: $(BIN)/python
 install-test: install
 	$(BIN)/pip install -q -e '.[llamacpp,test]'
 	bash scripts/setup_vllm.sh
+	bash scripts/setup_lmeval.sh
 
 demo: install
 	$(BIN)/bakeoff run examples/smollm2.toml

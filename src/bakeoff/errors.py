@@ -27,3 +27,15 @@ class InfraError(BakeoffError):
     """Something outside the configuration failed (node died, ssh dropped)."""
 
     exit_code = 3
+
+
+class LmEvalError(InfraError):
+    """lm-evaluation-harness could not judge a trial (not installed, crashed, wrote no samples):
+    not a verdict on the configuration. ``evidence`` holds the lines that show why (the tail of
+    its output)."""
+
+    cause = "lm_eval"
+
+    def __init__(self, message: str, evidence: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.evidence = evidence or []

@@ -255,6 +255,64 @@ class Server(_Strict):
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+# what bakeoff itself passes to lm_eval: a spec's extra ``args`` may not set these again
+LM_EVAL_OWN_FLAGS = ("--model", "--model_args", "--tasks", "--include_path", "--limit", "--num_fewshot",
+                     "--output_path", "--log_samples", "--apply_chat_template", "--samples")
+
+
+class LmEval(_Strict):
+    """``[probes] lm_eval``: an lm-evaluation-harness gate. After a trial's probes pass,
+    ``lm_eval`` (a subprocess) runs ``tasks`` against the trial's server through its
+    ``local-chat-completions`` model; each document's right/wrong (``metric`` under ``filter``)
+    is compared with the baseline's by the exact one-sided McNemar test, pooled over the tasks,
+    e.g. ``lm_eval = { tasks = ["gsm8k"], limit = 100, filter = "flexible-extract" }``.
+    A table with no ``tasks`` runs GSM8K (it needs the Hugging Face hub, or its cache)."""
+
+    tasks: list[str] = Field(default=["gsm8k"], min_length=1, description="lm-eval task (or group) names")
+    include_path: str | None = Field(default=None, description="a directory of local task YAMLs (lm_eval --include_path); "
+                                     "lm_eval runs in it, so a task's relative data_files are read beside its YAML")
+    limit: int = Field(default=250, gt=0, description="the first N documents of each task (lm_eval --limit)")
+    num_fewshot: int | None = Field(default=None, ge=0, description="few-shot examples (default: each task's own)")
+    max_gen_toks: int = Field(default=256, gt=0, description="reply length where a task sets none")
+    num_concurrent: int = Field(default=4, ge=1, description="requests in flight at once")
+    metric: str = Field(default="exact_match", min_length=1, description="a per-document 0/1 metric of every task")
+    filter: str | None = Field(default=None, description="the task filter judged (default: the first one each task logs)")
+    alpha: float = Field(default=0.01, gt=0, lt=1, description="one-sided exact McNemar p below which the trial is worse")
+    offline: bool = Field(default=False, description="HF_HUB_OFFLINE=1 and HF_DATASETS_OFFLINE=1: local tasks, or a warm cache")
+    command: list[str] | None = Field(default=None, min_length=1, description="how to start lm_eval (default: $BAKEOFF_LM_EVAL, "
+                                      "else .venv-lmeval/bin/lm_eval of this checkout, else lm_eval on PATH)")
+    args: list[str] = Field(default=[], description="more lm_eval arguments, e.g. [\"--system_instruction\", \"...\"]")
+    timeout_s: float = Field(default=3600, gt=0, description="the whole lm_eval run")
+
+    @field_validator("tasks")
+    @classmethod
+    def _named(cls, v: list[str]) -> list[str]:
+        bad = [t for t in v if not re.fullmatch(r"[A-Za-z0-9_.\-]+", t)]
+        if bad:
+            raise ValueError(f"task names are letters, digits, '_', '-' and '.', got {bad}")
+        if len(set(v)) != len(v):
+            raise ValueError(f"a task is listed twice: {v}")
+        return v
+
+    @field_validator("include_path")
+    @classmethod
+    def _directory(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not Path(v).is_dir():
+            raise ValueError(f"include_path {v!r} is not a directory")
+        return str(Path(v).resolve())
+
+    @field_validator("args")
+    @classmethod
+    def _not_ours(cls, v: list[str]) -> list[str]:
+        own = [a for a in v if a.split("=", 1)[0] in LM_EVAL_OWN_FLAGS]
+        if own:
+            raise ValueError(f"{own[0].split('=', 1)[0]} is set by bakeoff (use the table's own keys: tasks, include_path, "
+                             "limit, num_fewshot)")
+        return v
+
+
 class Probes(_Strict):
     """Correctness probes. ``set`` names a built-in prompt set or a TOML file (checked here:
     a missing file, unknown ``only`` ids or a set without prompts is a spec error).
@@ -290,6 +348,7 @@ class Probes(_Strict):
     long_max_tokens: int = Field(default=48, ge=32, description="answer length of the long probe (>= 32 for the detectors)")
     concurrency: int = Field(default=4, ge=0, description="concurrent copies of the probe set; 0 disables")
     load_probe: bool = Field(default=True, description="also probe at the benchmark's largest concurrency and prompt length")
+    lm_eval: LmEval | None = Field(default=None, description="an lm-evaluation-harness gate (absent: off)")
 
     @field_validator("gate_items")
     @classmethod

@@ -305,6 +305,8 @@ def identity_parts(spec: Any, fingerprint: dict) -> dict:
     d = spec.model_dump(mode="json")
     parts = {k: d.get(k) for k in IDENTITY_FIELDS}
     parts["server"] = {k: v for k, v in (parts["server"] or {}).items() if k not in ("port",)}
+    if parts["probes"] is not None and parts["probes"].get("lm_eval") is None:  # off: the identity of a sweep made before it existed
+        parts["probes"] = {k: v for k, v in parts["probes"].items() if k != "lm_eval"}
     parts["axes"] = [{k: a.get(k) for k in ("name", "flag", "env", "model", "style")} for a in d.get("axes", [])]
     parts["baseline"] = {k: str(v) for k, v in spec.baseline_config().items()}
     parts["engine_version"] = fingerprint.get("engine_version")

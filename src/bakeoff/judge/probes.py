@@ -706,7 +706,9 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
       3. the whole-answer differential vs the baseline in single, long and bench modes;
       4. tasks and needles the baseline got right, lost by a divergence that is not a near-tie;
       5. the task gate: paired exact McNemar test vs the baseline;
-      6. concurrent copies vs this server's single answers, zero tolerance.
+      6. concurrent copies vs this server's single answers, zero tolerance;
+      7. the lm-evaluation-harness gate, when it ran (``bakeoff.judge.lmeval``): the same test
+         on the documents of its tasks.
     """
     prompts: list[Prompt] = collected["prompts"]
     res = collected["results"]
@@ -726,7 +728,8 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
     def fail(mode: str, detector: str, detail: str, evidence: list[str]) -> ProbeOutcome:
         return ProbeOutcome(False, mode, detector, detail, values, evidence=evidence, checks_not_run=not_run)
 
-    for check in (_check_detectors, _check_floors, _check_differential, _check_tasks, _check_gate, _check_concurrent):
+    for check in (_check_detectors, _check_floors, _check_differential, _check_tasks, _check_gate, _check_concurrent,
+                  _check_lm_eval):
         found = check(collected, cfg, baseline, values, expect_logprobs, role)
         if found:
             return fail(*found)
@@ -935,6 +938,15 @@ def _check_concurrent(collected, cfg, baseline, values, expect_logprobs, role):
     return None
 
 
+def _check_lm_eval(collected, cfg, baseline, values, expect_logprobs, role):
+    """lm-eval's documents vs the baseline's (``bakeoff.judge.lmeval.check``), when it ran."""
+    if not collected.get("lm_eval") or cfg.lm_eval is None:
+        return None
+    from bakeoff.judge import lmeval
+
+    return lmeval.check(collected["lm_eval"], (baseline or {}).get("lm_eval"), cfg.lm_eval, values)
+
+
 def _name(finding: str) -> str:
     return finding.split(":")[0]
 
@@ -947,7 +959,12 @@ def _baseline_detectors(base_res: dict, mode: str, pid: str, expect_logprobs: bo
 
 
 def _summary(values: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in values.items() if k not in ("requests", "long_context", "checks_not_run"))
+    text = ", ".join(f"{k}={v}" for k, v in values.items() if k not in ("requests", "long_context", "checks_not_run", "lm_eval"))
+    if values.get("lm_eval"):
+        from bakeoff.judge import lmeval
+
+        text = ", ".join(x for x in (text, lmeval.summary(values["lm_eval"])) if x)
+    return text
 
 
 def results_to_json(collected: dict, bench_levels: list[dict] | None = None) -> dict:
@@ -961,6 +978,8 @@ def results_to_json(collected: dict, bench_levels: list[dict] | None = None) -> 
         "anchored": {m: {p: [[k, asdict(r)] for k, r in conts] for p, conts in items.items()}
                      for m, items in (collected.get("anchored") or {}).items()},
     }
+    if collected.get("lm_eval"):
+        out["lm_eval"] = collected["lm_eval"]
     if bench_levels is not None:
         out["bench"] = [{k: lv.get(k) for k in ("level", "lens", "repeats")} for lv in bench_levels]
     return out
@@ -973,6 +992,7 @@ def results_from_json(data: dict, prompt_set: str) -> dict:
         "long": data.get("long", {}),
         "info": data.get("info", {}),
         "bench": data.get("bench"),
+        "lm_eval": data.get("lm_eval"),
         "texts": data.get("texts") or {},
         "anchored": {m: {p: [(k, Result(**r)) for k, r in conts] for p, conts in items.items()}
                      for m, items in (data.get("anchored") or {}).items()},

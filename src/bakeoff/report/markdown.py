@@ -10,7 +10,8 @@ from bakeoff.report import curves
 from bakeoff.report import speed
 from bakeoff.store import Store, TrialRecord
 
-MODES = {"single": "single-request", "long": "long-prompt (near the context length)", "concurrent": "concurrent-requests"}
+MODES = {"single": "single-request", "long": "long-prompt (near the context length)", "concurrent": "concurrent-requests",
+         "lm_eval": "lm-evaluation-harness"}
 
 
 def _fmt(x, spec: str = ".1f") -> str:
@@ -47,6 +48,7 @@ def render(store: Store) -> str:
         cause = f"{t.cause} ({t.metrics['failed_mode']})" if t.verdict == "wrong" and t.metrics.get("failed_mode") else t.cause or ""
         lines.append(f"| {t.idx} | {label(t)} | **{verdict}** | {cause} | {speed.throughput(t)} | "
                      f"{_fmt(t.metrics.get('ttft_p50_ms'))} | " + (f"{speed.goodput(t)} | " if slo else "") + f"{ratio} | {ev} |")
+    lines += _lm_eval_lines(trials)
     energy = [t for t in trials if t.metrics.get("energy")]
     if energy:
         lines += ["", "## Energy (GPU, during the benchmark; NVML)", "",
@@ -67,7 +69,7 @@ def render(store: Store) -> str:
                 lines += ["", f"Detector `{t.cause}` fired in the {mode} run (mode `{t.metrics['failed_mode']}`)."]
                 measured = t.metrics.get("probe") or {}
                 if measured:
-                    lines += ["", "Measured: " + ", ".join(f"{k}={v}" for k, v in measured.items())]
+                    lines += ["", "Measured: " + ", ".join(f"{k}={v}" for k, v in measured.items() if k != "lm_eval")]
             if t.metrics.get("hint"):
                 lines += ["", f"Hint: {t.metrics['hint']}"]
             if t.evidence:
@@ -92,6 +94,27 @@ def render(store: Store) -> str:
         lines += ["", "## Stale (from an earlier spec: not ranked, not recommended)", ""]
         lines += [f"- trial {t.idx} ({label(t)}): {t.verdict or t.state}" for t in stale]
     return "\n".join(lines) + "\n"
+
+
+def _lm_eval_lines(trials: list[TrialRecord]) -> list[str]:
+    """Each trial's lm-eval accuracy (95 % CI) beside the baseline's on the same documents."""
+    rows = [(t, task, row) for t in trials for task, row in (((t.metrics.get("probe") or {}).get("lm_eval") or {}).get("tasks") or {}).items()]
+    if not rows:
+        return []
+    out = ["", "## lm-evaluation-harness", "",
+           "| # | change vs baseline | task (filter) | accuracy (95 % CI) | baseline (95 % CI) | lost / gained | McNemar p |",
+           "|---|---|---|---|---|---|---|"]
+    for t, task, row in rows:
+        report = t.metrics["probe"]["lm_eval"]
+        base = f"{row['baseline']} ({_interval(row['ci95_baseline'])})" if "baseline" in row else "—"
+        moved = f"{row['lost']} / {row['gained']}" if "lost" in row else "—"
+        p = f"{report['p']:.2g}" if "p" in report else "—"
+        out.append(f"| {t.idx} | {label(t)} | {task} ({row['filter']}) | {row['accuracy']} ({_interval(row['ci95'])}) | {base} | {moved} | {p} |")
+    return out
+
+
+def _interval(ci: list[float]) -> str:
+    return f"{ci[0]:.0%}–{ci[1]:.0%}"
 
 
 def _recommendation(d: decide.Decision) -> list[str]:

@@ -17,7 +17,7 @@ import httpx
 from bakeoff import measure
 from bakeoff.measure import bench
 from bakeoff.measure.power import EnergyMeter
-from bakeoff.judge import probes
+from bakeoff.judge import lmeval, probes
 from bakeoff.run.engines.base import Engine, LaunchContext
 from bakeoff.errors import InfraError
 from bakeoff.run.hosts.base import Handle, Host, PathEdit
@@ -141,15 +141,25 @@ class TrialRunner:
                     return ReadyOutcome(False, phases, hung=True, last_line=last_line, server_said=said)
                 time.sleep(0.25)
 
-    def probe(self, base_url: str, baseline: dict | None, role: str = "trial") -> tuple[probes.ProbeOutcome, dict]:
+    def probe(self, base_url: str, baseline: dict | None, role: str = "trial",
+              lm_eval_dir: Path | None = None) -> tuple[probes.ProbeOutcome, dict]:
         """Run the probe set in every mode (the benchmark's shape included) and judge it: the
         absolute floors always, the baseline's answers when given (teacher-forcing the trial on
-        them after each near-tie). ``role`` ``baseline``: floors failing is ``baseline_below_floor``."""
+        them after each near-tie). ``role`` ``baseline``: floors failing is ``baseline_below_floor``.
+        When those pass and the spec has ``[probes.lm_eval]``, lm_eval runs its tasks too (its
+        files in ``lm_eval_dir``) and the judgement includes its gate; lm_eval failing to run
+        raises LmEvalError (an infrastructure fault, not a verdict)."""
         self.progress("probe", "")
-        collected = probes.run_probes(base_url, self.spec.probes, model=self._request_model(),
+        cfg = self.spec.probes
+        collected = probes.run_probes(base_url, cfg, model=self._request_model(),
                                       ctx_size=_ctx_size(self.spec.server.args), timeout_s=self.spec.server.request_timeout_s,
                                       expect_logprobs=self.engine.supports_logprobs, bench=self.spec.bench, baseline=baseline)
-        outcome = probes.judge(collected, self.spec.probes, baseline, expect_logprobs=self.engine.supports_logprobs, role=role)
+        outcome = probes.judge(collected, cfg, baseline, expect_logprobs=self.engine.supports_logprobs, role=role)
+        if outcome.passed and cfg.lm_eval is not None:
+            self.progress("lm_eval", ", ".join(cfg.lm_eval.tasks))
+            collected["lm_eval"] = lmeval.run(cfg.lm_eval, base_url, self._request_model(), lm_eval_dir or self.dir / "lm_eval",
+                                              request_timeout_s=self.spec.server.request_timeout_s, should_stop=self.should_stop)
+            outcome = probes.judge(collected, cfg, baseline, expect_logprobs=self.engine.supports_logprobs, role=role)
         return outcome, collected
 
     def bench(self, base_url: str, baseline: dict | None = None) -> list[dict]:
@@ -212,7 +222,7 @@ class TrialRunner:
                 self._check_stop()
                 return self._failed_start(rec, handle, ready)
             role = "trial" if planned.changed else "baseline"
-            outcome, collected = self.probe(base_url, baseline, role)
+            outcome, collected = self.probe(base_url, baseline, role, self.dir / "lm_eval" / f"{planned.idx:03d}-{planned.key}")
             self._check_stop()
             self.store.put_artifact(rec.key, "probes", probes.results_to_json(collected))
             if not outcome.passed:
@@ -361,9 +371,12 @@ def _crashed(rec: TrialRecord, diag: Diagnosis, ready: ReadyOutcome, detail: str
 
 
 def _infra_error(rec: TrialRecord, err: Exception) -> TrialRecord:
-    return rec.with_(state="finished", verdict="infra_error", cause="host",
-                     detail=f"the host failed, not the configuration: {err}; `bakeoff run` again retries this trial",
-                     evidence=[str(err)], finished=time.time())
+    """The host (or a tool bakeoff runs, such as lm_eval: ``err.cause``) failed under the trial."""
+    cause = getattr(err, "cause", "host")
+    what = "the host failed" if cause == "host" else f"{cause} could not judge the trial"
+    return rec.with_(state="finished", verdict="infra_error", cause=cause,
+                     detail=f"{what}, not the configuration: {err}; `bakeoff run` again retries this trial",
+                     evidence=[str(err), *getattr(err, "evidence", [])][:14], finished=time.time())
 
 
 def _visible_gpus(env: dict[str, str]) -> list[int] | None:
