@@ -21,6 +21,12 @@ per divergence) and judges the continuation the same way, so a reply that flips 
 and then degrades fails. A reply that stops early (EOS where the baseline's own token was far
 more likely than any alternative) or is truncated is not "a prefix": it is an ``early_stop``.
 
+Reasoning models (``[server] thinking``): a reply's answer is its content; a reply with no
+content (a parser that never saw the thought end) is judged on its ``reasoning_content``. The
+detectors read the thought too and the differential compares every generated token, thought
+included. A reply cut by ``max_tokens`` while still thinking is *unanswered* (``unanswered``),
+not wrong: its task is not scored, and a set with nothing answered is ``thinking_cut``.
+
 Thresholds (measured on the real engine, docs/notes/judge-thresholds.md; SmolLM2-135M Q4_1 on
 llama.cpp, CPU, healthy changes vs the baseline: A/A, flash attention, threads, batch sizes, KV
 q8_0 + flash attention; threads and batch sizes not finished in time):
