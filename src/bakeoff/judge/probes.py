@@ -637,7 +637,7 @@ async def _long_prompts(session, base_url: str, long_cfg: dict, cfg: Probes, ctx
 async def _template(session, base_url: str, text: str, thinking: str = "auto") -> str | None:
     """The chat-templated prompt text (llama.cpp ``/apply-template``), asked with the same
     ``thinking`` fields as the chat requests (a thinking template's generation prompt differs:
-    Qwen3-style "<think>\n" vs an empty, closed thought), or None where the server has none.
+    Qwen3-style "<think>" opened vs an empty, closed thought), or None where the server has none.
     A pooled keep-alive connection the server dropped is retried on a fresh one."""
     import aiohttp
 
