@@ -211,6 +211,9 @@ class Model(_Strict):
         return path  # "org/name": a hub id
 
 
+THINKING_TOKENS = 256  # [server] thinking = "on": room for the thought in every probe reply
+
+
 class Server(_Strict):
     """``[server]``. ``env`` sets variables (replacing the host's value); ``env_prepend`` /
     ``env_append`` add elements to a PATH-like variable of the host, e.g.
@@ -227,6 +230,25 @@ class Server(_Strict):
     hang_timeout_s: float = Field(default=120, gt=0, description="no new log line for this long while not ready")
     request_timeout_s: float = Field(default=120, gt=0)
     max_log_bytes: int = Field(default=20_000_000, gt=1000)
+    thinking: Literal["auto", "on", "off"] = Field(
+        default="auto", description="a reasoning model's thinking in every probe and benchmark request: 'off' sends "
+        "chat_template_kwargs.enable_thinking = false, 'on' = true, 'auto' neither (the server's default)")
+    thinking_tokens: int | None = Field(
+        default=None, ge=0, description="tokens added to every probe request's max_tokens for the thought "
+        f"(default {THINKING_TOKENS} with thinking = 'on', else 0)")
+
+    @property
+    def thinking_room(self) -> int:
+        """Tokens each probe reply gets for thinking, on top of its answer's ``max_tokens``."""
+        if self.thinking_tokens is not None:
+            return self.thinking_tokens
+        return THINKING_TOKENS if self.thinking == "on" else 0
+
+    @model_validator(mode="after")
+    def _thinking_room(self) -> "Server":
+        if self.thinking == "off" and self.thinking_tokens:
+            raise ValueError("thinking_tokens: no room is needed with thinking = 'off'; drop it or use 'on'/'auto'")
+        return self
 
     @model_validator(mode="after")
     def _env_names(self) -> "Server":
@@ -637,6 +659,13 @@ class Spec(_Strict):
             axis, _, val = f.partition("=")
             if axis not in by_name or val not in {render(v) for v in by_name[axis].values}:
                 raise ValueError(f"plan.force: {f!r} is not 'axis=value' of a declared axis")
+        return self
+
+    @model_validator(mode="after")
+    def _thinking_sent(self) -> "Spec":
+        if self.server.thinking != "auto" and self.bench.tool != "bakeoff":
+            raise ValueError(f"server.thinking = {self.server.thinking!r} needs bench.tool = 'bakeoff' (the external "
+                             f"tool {self.bench.tool!r} sends its own request bodies, without chat_template_kwargs)")
         return self
 
     @property

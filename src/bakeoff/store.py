@@ -301,12 +301,18 @@ def open_readonly(directory: str | os.PathLike) -> Store:
 IDENTITY_FIELDS = ("engine", "engine_options", "model", "server", "host", "probes", "bench")
 
 
+# spec fields added after sweeps were stored, with the value that means "as before": a field at
+# that value leaves a trial's identity as it was, so upgrading bakeoff does not make old verdicts stale
+ADDED_LATER = (("probes", "lm_eval", None), ("server", "thinking", "auto"), ("server", "thinking_tokens", None))
+
+
 def identity_parts(spec: Any, fingerprint: dict) -> dict:
     d = spec.model_dump(mode="json")
     parts = {k: d.get(k) for k in IDENTITY_FIELDS}
     parts["server"] = {k: v for k, v in (parts["server"] or {}).items() if k not in ("port",)}
-    if parts["probes"] is not None and parts["probes"].get("lm_eval") is None:  # off: the identity of a sweep made before it existed
-        parts["probes"] = {k: v for k, v in parts["probes"].items() if k != "lm_eval"}
+    for table, name, off in ADDED_LATER:  # at its "off" value: the identity of a sweep made before the field existed
+        if parts.get(table) is not None and parts[table].get(name, off) == off:
+            parts[table] = {k: v for k, v in parts[table].items() if k != name}
     parts["axes"] = [{k: a.get(k) for k in ("name", "flag", "env", "model", "style")} for a in d.get("axes", [])]
     parts["baseline"] = {k: str(v) for k, v in spec.baseline_config().items()}
     parts["engine_version"] = fingerprint.get("engine_version")

@@ -100,6 +100,7 @@ class Decision:
     stop_reason: str | None = None
     drift: dict | None = None           # the baseline measured again at the end vs first: Ratio.to_json() + describe
     verdicts: dict[str, dict] = field(default_factory=dict)  # key -> {verdict, detail, vs_baseline, caution}
+    thinking: str = ""                  # how a reasoning model's thinking was asked for and judged (thinking_line)
 
     def summary_lines(self) -> list[str]:
         """The recommendation, its cautions and the fallbacks: every output prints these lines."""
@@ -109,6 +110,8 @@ class Decision:
         lines += [f"Caution: {c}" for c in self.cautions]
         for i, f in enumerate(self.fallbacks, 1):
             lines.append(f"Fallback {i}: {f.sentence}")
+        if self.thinking:
+            lines.append(self.thinking)
         return lines
 
     def to_json(self) -> dict:
@@ -133,7 +136,7 @@ def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None
     base_obj = objective_of(base) if base_ok else None
     bench = spec.get("bench") or {}
     slow_fraction = bench.get("slow_fraction") or 0.8
-    d = Decision(baseline_ok=base_ok, stop_reason=stop_reason)
+    d = Decision(baseline_ok=base_ok, stop_reason=stop_reason, thinking=thinking_line(spec, trials))
     _drift(d, base_obj, baseline_again)
     # launch-to-launch noise: the configured floor, or what the baseline's own drift shows
     between = max(bench.get("launch_noise", LAUNCH_NOISE), (d.drift or {}).get("between", 0.0))
@@ -152,6 +155,31 @@ def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None
     if d.drift and d.drift["call"] != "tie":
         d.cautions.append(d.drift["caution"])
     return d, final
+
+
+def thinking_line(spec: dict, trials: list[TrialRecord]) -> str:
+    """One sentence on a reasoning model's thinking: what every request asked for
+    (``[server] thinking``), the room the probes gave it, and what the answers were judged on
+    (``metrics["probe"]["thinking"]``, bakeoff.judge.probes.thinking_values). "" when thinking
+    was left to the server and no reply thought."""
+    server = spec.get("server") or {}
+    mode = server.get("thinking", "auto")
+    seen = [s for t in trials if (s := ((t.metrics or {}).get("probe") or {}).get("thinking"))]
+    if mode == "auto" and not seen:
+        return ""
+    asked = {"off": "off: every probe and benchmark request sent chat_template_kwargs.enable_thinking = false",
+             "on": "on: every probe and benchmark request sent chat_template_kwargs.enable_thinking = true",
+             "auto": "auto: the server's default (no thinking field sent)"}[mode]
+    n, k, j, cut = (sum(s[f] for s in seen) for f in ("replies", "with_reasoning", "judged_on_reasoning", "cut_while_thinking"))
+    room = seen[0]["room"] if seen else server.get("thinking_tokens") or 0
+    line = f"Thinking {asked}" + (f"; probe replies had {room} tokens more for the thought" if room else "")
+    if not k:
+        return line + "; no probe reply carried reasoning_content (answers judged on content)."
+    line += (f"; {k} of the sweep's {n} probe replies carried reasoning_content: {k - j} judged on their content (the answer after the "
+             f"thought), {j} on their reasoning_content (no content)")
+    if cut:
+        line += f"; {cut} cut by max_tokens while thinking, not scored as tasks (raise server.thinking_tokens)"
+    return line + "."
 
 
 def _drift(d: Decision, base_obj: Objective | None, again: dict | None) -> None:

@@ -21,6 +21,12 @@ per divergence) and judges the continuation the same way, so a reply that flips 
 and then degrades fails. A reply that stops early (EOS where the baseline's own token was far
 more likely than any alternative) or is truncated is not "a prefix": it is an ``early_stop``.
 
+Reasoning models (``[server] thinking``): a reply's answer is its content; a reply with no
+content (a parser that never saw the thought end) is judged on its ``reasoning_content``. The
+detectors read the thought too and the differential compares every generated token, thought
+included. A reply cut by ``max_tokens`` while still thinking is *unanswered* (``unanswered``),
+not wrong: its task is not scored, and a set with nothing answered is ``thinking_cut``.
+
 Thresholds (measured on the real engine, docs/notes/judge-thresholds.md; SmolLM2-135M Q4_1 on
 llama.cpp, CPU, healthy changes vs the baseline: A/A, flash attention, threads, batch sizes, KV
 q8_0 + flash attention; threads and batch sizes not finished in time):
@@ -45,7 +51,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
-from bakeoff.measure.client import Result, chat_body, new_session, stream_request, tokenize
+from bakeoff.measure.client import THINKING_FIELDS, Result, chat_body, new_session, stream_request, tokenize
 from bakeoff.spec import Bench, Probes
 
 # -- the prompt set ---------------------------------------------------------------------
@@ -179,12 +185,13 @@ def detect(res: Result, *, expect_logprobs: bool = True, ignore_eos: bool = Fals
             found.append(skip)
     if not text.strip():
         found.append("empty: the reply has no text")
-    if text:
-        repl = text.count("\ufffd")
-        ctrl = sum(1 for ch in text if unicodedata.category(ch) == "Cc" and ch not in "\n\r\t")
-        if repl + ctrl >= max(3, len(text) // 20):
-            found.append(f"bad_characters: {repl} replacement and {ctrl} control characters in {len(text)}")
-    toks = [t.get("token") for t in res.tokens] if res.tokens else text.split()
+    written = res.generated  # garbage in the thinking is garbage too
+    if written:
+        repl = written.count("\ufffd")
+        ctrl = sum(1 for ch in written if unicodedata.category(ch) == "Cc" and ch not in "\n\r\t")
+        if repl + ctrl >= max(3, len(written) // 20):
+            found.append(f"bad_characters: {repl} replacement and {ctrl} control characters in {len(written)}")
+    toks = [t.get("token") for t in res.tokens] if res.tokens else written.split()
     if len(toks) >= 8 and len(set(toks)) == 1:
         found.append(f"all_same_token: {len(toks)} x {toks[0]!r}")
     elif (rep := repetition(toks)) is not None:
@@ -256,7 +263,7 @@ class Diff:
 
 
 def _toks(r: Result) -> list:
-    return [t.get("token") for t in r.tokens] if r.tokens else r.text.split()
+    return [t.get("token") for t in r.tokens] if r.tokens else r.generated.split()
 
 
 def compare(base: Result, trial: Result, *, top_k: int, tie_gap: float = 1.5, text_min_agreement: float = 0.9) -> Diff:
@@ -400,9 +407,17 @@ class ProbeOutcome:
 
 
 def task_score(prompts: list[Prompt], results: dict[str, Result]) -> tuple[int, int]:
-    """(right, total) over the prompts that are tasks (a checkable answer or a JSON reply)."""
-    tasks = [p for p in prompts if p.answer is not None or p.json]
+    """(right, total) over the prompts that are tasks (a checkable answer or a JSON reply) and
+    were answered: a reply cut by ``max_tokens`` while still thinking is not scored (``unanswered``)."""
+    tasks = [p for p in prompts if (p.answer is not None or p.json) and p.id not in unanswered(results)]
     return sum(_task_right(p, results) for p in tasks), len(tasks)
+
+
+def unanswered(results: dict[str, Result]) -> set[str]:
+    """Replies that are all thinking and were ended by ``max_tokens``: the answer never came, so
+    there is nothing to score (truncation, not a wrong answer). The differential still compares
+    their tokens with the baseline's, and ``thinking_cut`` fails a set where nothing was answered."""
+    return {k for k, r in results.items() if r.cut_while_thinking}
 
 
 def _task_right(p: Prompt, results: dict[str, Result]) -> bool:
@@ -438,32 +453,42 @@ def absolute_floors(collected: dict, cfg: Probes) -> list[str]:
     * ``task_floor``: the probe set's checkable tasks right < ``min_task_accuracy``;
     * ``json_floor``: a JSON prompt answered with no JSON object;
     * ``gate_floor``: the task gate's accuracy < ``min_gate_accuracy`` (with its Wilson interval);
-    * ``long_floor``: fewer than ``min_needles`` of the long document's needles found.
+    * ``long_floor``: fewer than ``min_needles`` of the long document's needles found;
+    * ``thinking_cut``: the set's tasks (or the gate's items) were asked and none was answered,
+      every reply cut by ``max_tokens`` while thinking: no evidence of being right.
     """
     res = collected["results"]
     prompts: list[Prompt] = collected["prompts"]
     found = []
-    right, total = task_score(prompts, res.get("single", {}))
+    single = res.get("single", {})
+    right, total = task_score(prompts, single)
+    asked = [p for p in prompts if (p.answer or p.json) and p.id in single]
+    if asked and not total:
+        found.append(f"thinking_cut: the probe set: all {len(asked)} checkable tasks were cut by max_tokens while thinking "
+                     f"(no answer to judge); raise server.thinking_tokens")
     if total and right / total < cfg.min_task_accuracy:
-        missed = [p.id for p in prompts if (p.answer or p.json) and not _task_right(p, res.get("single", {}))]
+        missed = [p.id for p in prompts if (p.answer or p.json) and p.id not in unanswered(single) and not _task_right(p, single)]
         found.append(f"task_floor: {right}/{total} checkable tasks right (floor {cfg.min_task_accuracy:.0%}); missed {missed}")
     for p in prompts:
         cut = p.id in res.get("single", {}) and res["single"][p.id].finish_reason == "length"
-        if cut and res["single"][p.id].text.lstrip().startswith("{"):
-            continue  # a JSON object cut at max_tokens is no evidence either way
+        if (cut and res["single"][p.id].text.lstrip().startswith("{")) or p.id in unanswered(single):
+            continue  # a JSON object (or a thought) cut at max_tokens is no evidence either way
         if p.json and p.id in res.get("single", {}) and not _task_right(p, res["single"]):
             found.append(f"json_floor: prompt {p.id} asked for a JSON object, got {res['single'][p.id].text[:80]!r}")
     gate = res.get("gate") or {}
     if gate:
-        items = gate_items(cfg.gate_items, cfg.gate_seed)
+        items = [p for p in gate_items(cfg.gate_items, cfg.gate_seed) if p.id not in unanswered(gate)]
         k = sum(_task_right(p, gate) for p in items)
         lo, hi = wilson(k, len(items))
-        if k / len(items) < cfg.min_gate_accuracy:
+        if not items:
+            found.append(f"thinking_cut: the task gate: all {len(gate)} items were cut by max_tokens while thinking "
+                         f"(no answer to judge); raise server.thinking_tokens")
+        elif k / len(items) < cfg.min_gate_accuracy:
             found.append(f"gate_floor: task gate {k}/{len(items)} right ({k / len(items):.0%}, 95% CI {lo:.0%}–{hi:.0%}), "
                          f"floor {cfg.min_gate_accuracy:.0%}")
     long_cfg = collected.get("long") or {}
-    if res.get("long") and long_cfg.get("needles"):
-        keys = [key for key in res["long"]]
+    if res.get("long") and long_cfg.get("needles") and set(res["long"]) - unanswered(res["long"]):
+        keys = [key for key in res["long"] if key not in unanswered(res["long"])]
         hits = sum(needle_found(long_cfg, k, res["long"][k].text) for k in keys)
         need = min(cfg.min_needles, len(keys))
         if hits < need:
@@ -491,20 +516,22 @@ def bench_mode(bench: Bench | None) -> str | None:
 
 
 async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int | None, timeout_s: float,
-                   expect_logprobs: bool = True, bench: Bench | None = None, baseline: dict | None = None) -> dict:
+                   expect_logprobs: bool = True, bench: Bench | None = None, baseline: dict | None = None,
+                   thinking: str = "auto", thinking_room: int = 0) -> dict:
     """Single requests, the long document, N concurrent copies, the benchmark-shaped batch and
     the task gate; then, against the baseline, the teacher-forced continuations. A mode that
-    shows a finding no baseline can excuse ends the collection there."""
+    shows a finding no baseline can excuse ends the collection there. Every request asks for
+    ``thinking`` (``[server] thinking``) and gets ``thinking_room`` tokens more for the thought."""
     prompts, long_cfg = load_prompt_set(cfg.set)
     url = base_url + "/v1/chat/completions"
     top = cfg.top_logprobs if expect_logprobs else -1
 
     def body(text: str, max_tokens: int | None = None) -> dict:
-        return chat_body([{"role": "user", "content": text}], max_tokens=max_tokens or cfg.max_tokens,
-                         top_logprobs=top, model=model)
+        return chat_body([{"role": "user", "content": text}], max_tokens=(max_tokens or cfg.max_tokens) + thinking_room,
+                         top_logprobs=top, model=model, thinking=thinking)
 
     out: dict[str, dict[str, Result]] = {"single": {}, "long": {}, "concurrent": {}}
-    info: dict = {}
+    info: dict = {"thinking": {"mode": thinking, "room": thinking_room}}
     texts: dict[str, dict[str, str]] = {"single": {p.id: p.text for p in prompts}}
     collected = {"prompts": prompts, "long": long_cfg, "results": out, "info": info, "texts": texts}
     async with new_session(timeout_s=timeout_s) as session:
@@ -576,7 +603,8 @@ async def _long_prompts(session, base_url: str, long_cfg: dict, cfg: Probes, ctx
     the intro and the question, sized so that prompt + answer fill ``long_fill`` of the served
     context, measured in the server's tokens (chat template included where it can apply it)."""
     ctx = await served_context(session, base_url) or ctx_size
-    budget = cfg.long_prompt_tokens or (int(ctx * cfg.long_fill) - cfg.long_max_tokens if ctx else 1024)
+    room = (info.get("thinking") or {}).get("room", 0)
+    budget = cfg.long_prompt_tokens or (int(ctx * cfg.long_fill) - cfg.long_max_tokens - room if ctx else 1024)
     filler = long_cfg["filler"]
     per = await tokenize(session, base_url, filler) or max(1, len(filler) // 4)
     needles = long_cfg["needles"]
@@ -591,7 +619,7 @@ async def _long_prompts(session, base_url: str, long_cfg: dict, cfg: Probes, ctx
 
     async def size(prompts: dict[str, str]) -> int | None:
         text = max(prompts.values(), key=len)
-        templated = await _template(session, base_url, text)
+        templated = await _template(session, base_url, text, (info.get("thinking") or {}).get("mode", "auto"))
         n = await tokenize(session, base_url, templated or text)
         return None if n is None else n + (0 if templated else 48)  # unknown template: a margin
 
@@ -606,12 +634,14 @@ async def _long_prompts(session, base_url: str, long_cfg: dict, cfg: Probes, ctx
     return prompts
 
 
-async def _template(session, base_url: str, text: str) -> str | None:
-    """The chat-templated prompt text (llama.cpp ``/apply-template``), or None where the server
-    has none. A pooled keep-alive connection the server dropped is retried on a fresh one."""
+async def _template(session, base_url: str, text: str, thinking: str = "auto") -> str | None:
+    """The chat-templated prompt text (llama.cpp ``/apply-template``), asked with the same
+    ``thinking`` fields as the chat requests (a thinking template's generation prompt differs:
+    Qwen3-style "<think>" opened vs an empty, closed thought), or None where the server has none.
+    A pooled keep-alive connection the server dropped is retried on a fresh one."""
     import aiohttp
 
-    body = {"messages": [{"role": "user", "content": text}]}
+    body = {"messages": [{"role": "user", "content": text}], **THINKING_FIELDS[thinking]}
     for attempt in range(2):
         try:
             if attempt == 0:
@@ -653,7 +683,7 @@ async def _teacher_force(session, base_url: str, model: str | None, cfg: Probes,
             d = compare(b, r, top_k=top_k, tie_gap=cfg.max_tie_gap)
             if not d.consistent or d.diverge_at is None or d.early_stop or d.diverge_at >= min(len(b.tokens), len(r.tokens)):
                 continue
-            prefix = await _template(session, base_url, texts[mode][pid])
+            prefix = await _template(session, base_url, texts[mode][pid], (info.get("thinking") or {}).get("mode", "auto"))
             if prefix is None:
                 info.setdefault("checks_not_run", []).append(f"teacher-forced continuation of {mode}/{pid} "
                                                              "(the server gave no chat template: /apply-template)")
@@ -688,9 +718,11 @@ def _request_texts(collected: dict) -> dict[str, dict[str, str]]:
 
 def run_probes(base_url: str, cfg: Probes, *, model: str | None = None, ctx_size: int | None = None,
                timeout_s: float = 120, expect_logprobs: bool = True, bench: Bench | None = None,
-               baseline: dict | None = None) -> dict:
-    """Run the probe set in every mode against a ready server; return raw results per mode."""
-    return asyncio.run(_collect(base_url, cfg, model, ctx_size, timeout_s, expect_logprobs, bench, baseline))
+               baseline: dict | None = None, thinking: str = "auto", thinking_room: int = 0) -> dict:
+    """Run the probe set in every mode against a ready server; return raw results per mode.
+    ``thinking``/``thinking_room``: ``[server] thinking`` and ``Server.thinking_room``."""
+    return asyncio.run(_collect(base_url, cfg, model, ctx_size, timeout_s, expect_logprobs, bench, baseline,
+                                thinking, thinking_room))
 
 
 def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprobs: bool = True,
@@ -718,6 +750,11 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
     if info.get("long_context"):
         values["long_context"] = info["long_context"]
     not_run = list(dict.fromkeys(info.get("checks_not_run", [])))
+    if thought := thinking_values(collected):
+        values["thinking"] = thought
+        if thought["cut_while_thinking"]:
+            not_run.append(f"task check of {thought['cut_while_thinking']} replies cut by max_tokens while thinking "
+                           "(truncated, not wrong: raise server.thinking_tokens)")
     if not expect_logprobs:
         not_run += ["logprob near-tie test (the engine gives no logprobs: text compared strictly instead)",
                     "nonfinite logprobs", "teacher-forced continuation"]
@@ -736,6 +773,19 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
     if not_run:
         values["checks_not_run"] = not_run
     return ProbeOutcome(True, values=values, detail=_summary(values), checks_not_run=not_run)
+
+
+def thinking_values(collected: dict) -> dict | None:
+    """How the replies thought, for the report: ``[server] thinking`` (mode, room) and how many
+    replies carried reasoning, were judged on it (no content) or were cut while thinking. None
+    when thinking was left to the server and no reply carried any (a model that does not think)."""
+    rs = [r for items in collected["results"].values() for r in items.values() if r.ok]
+    asked = (collected.get("info") or {}).get("thinking") or {"mode": "auto", "room": 0}
+    thought = sum(bool(r.reasoning) for r in rs)
+    if asked["mode"] == "auto" and not thought:
+        return None
+    return {**asked, "replies": len(rs), "with_reasoning": thought, "judged_on_reasoning": sum(r.from_reasoning for r in rs),
+            "cut_while_thinking": sum(r.cut_while_thinking for r in rs)}
 
 
 def _texts(prompts: list[Prompt]) -> dict[str, str]:
@@ -767,7 +817,8 @@ def _check_floors(collected, cfg, baseline, values, expect_logprobs, role):
     floors = absolute_floors(collected, cfg)
     if not floors:
         return None
-    mode = {"task": "single", "json": "single", "gate": "gate", "long": "long"}[_name(floors[0]).split("_")[0]]
+    mode = {"task": "single", "json": "single", "gate": "gate", "long": "long",
+            "thinking": "gate" if "the task gate" in floors[0] else "single"}[_name(floors[0]).split("_")[0]]
     if role == "baseline":
         return (mode, "baseline_below_floor",
                 f"the baseline itself is below the absolute floors, so nothing known-good exists: {floors[0]}", floors)
@@ -777,7 +828,7 @@ def _check_floors(collected, cfg, baseline, values, expect_logprobs, role):
 def _gate_values(collected, cfg, values) -> None:
     gate = collected["results"].get("gate") or {}
     if gate:
-        items = gate_items(cfg.gate_items, cfg.gate_seed)
+        items = [p for p in gate_items(cfg.gate_items, cfg.gate_seed) if p.id not in unanswered(gate)]
         k = sum(_task_right(p, gate) for p in items)
         values["gate_accuracy"] = f"{k}/{len(items)}"
         values["gate_ci95"] = list(wilson(k, len(items)))
@@ -874,7 +925,8 @@ def _check_tasks(collected, cfg, baseline, values, expect_logprobs, role):
         return (d is not None and d.consistent and expect_logprobs
                 and (d.reanchored > 0 or d.diverge_at is None or d.diverge_at >= len(_toks(base_res[mode][pid])) - 1))
 
-    lost = [p.id for p in prompts if (p.answer or p.json) and _task_right(p, base_res.get("single", {}))
+    cut = unanswered(res.get("single", {})) | unanswered(base_res.get("single", {}))
+    lost = [p.id for p in prompts if (p.answer or p.json) and p.id not in cut and _task_right(p, base_res.get("single", {}))
             and not _task_right(p, res.get("single", {})) and not excused("single", p.id)]
     if lost and len(lost) / max(total, 1) > cfg.max_task_drop:
         return ("single", "task_accuracy", f"tasks right {right}/{total} vs baseline {bright}/{total}; lost {lost} "
@@ -883,8 +935,9 @@ def _check_tasks(collected, cfg, baseline, values, expect_logprobs, role):
     if res.get("long") and base_res.get("long") and long_cfg.get("needles"):
         values["needles_found_baseline"] = (f"{sum(needle_found(long_cfg, k, r.text) for k, r in base_res['long'].items())}"
                                             f"/{len(base_res['long'])}")
-        lost = [k for k, r in res["long"].items() if k in base_res["long"] and needle_found(long_cfg, k, base_res["long"][k].text)
-                and not needle_found(long_cfg, k, r.text) and not excused("long", k)]
+        cut = unanswered(res["long"]) | unanswered(base_res["long"])
+        lost = [k for k, r in res["long"].items() if k in base_res["long"] and k not in cut
+                and needle_found(long_cfg, k, base_res["long"][k].text) and not needle_found(long_cfg, k, r.text) and not excused("long", k)]
         if lost:
             k = lost[0]
             return ("long", "long_context_task", f"the baseline found needle {k!r} in the long document "
@@ -897,7 +950,8 @@ def _check_gate(collected, cfg, baseline, values, expect_logprobs, role):
     gate, base_gate = collected["results"].get("gate") or {}, (baseline or {}).get("results", {}).get("gate") or {}
     if not gate or not base_gate:
         return None
-    items = [p for p in gate_items(cfg.gate_items, cfg.gate_seed) if p.id in gate and p.id in base_gate]
+    cut = unanswered(gate) | unanswered(base_gate)  # paired items both sides answered
+    items = [p for p in gate_items(cfg.gate_items, cfg.gate_seed) if p.id in gate and p.id in base_gate and p.id not in cut]
     b = [_task_right(p, base_gate) for p in items]
     t = [_task_right(p, gate) for p in items]
     lost, gained, p = mcnemar_worse(b, t)
@@ -929,7 +983,8 @@ def _check_concurrent(collected, cfg, baseline, values, expect_logprobs, role):
     why = {pid: d.detail for pid, d in diffs.items() if not d.consistent}
     for pid in diffs:
         p = prompts.get(pid.split("#")[0])
-        if p and (p.answer or p.json) and _task_right(p, res["single"]) and not _task_right(p, {p.id: res["concurrent"][pid]}):
+        if (p and (p.answer or p.json) and not res["concurrent"][pid].cut_while_thinking and _task_right(p, res["single"])
+                and not _task_right(p, {p.id: res["concurrent"][pid]})):
             why.setdefault(pid, f"the single answer is right, this copy is not: {res['concurrent'][pid].text[:80]!r}")
     bad = [f"{pid}: {w}" for pid, w in why.items()]
     if bad:
@@ -959,7 +1014,7 @@ def _baseline_detectors(base_res: dict, mode: str, pid: str, expect_logprobs: bo
 
 
 def _summary(values: dict) -> str:
-    text = ", ".join(f"{k}={v}" for k, v in values.items() if k not in ("requests", "long_context", "checks_not_run", "lm_eval"))
+    text = ", ".join(f"{k}={v}" for k, v in values.items() if k not in ("requests", "long_context", "checks_not_run", "lm_eval", "thinking"))
     if values.get("lm_eval"):
         from bakeoff.judge import lmeval
 

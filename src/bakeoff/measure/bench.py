@@ -341,13 +341,15 @@ def levels_of(cfg: Bench) -> list[tuple[str, int | None, float | None]]:
     return [(f"c={c}", c, None) for c in cfg.concurrency]
 
 
-def request_body(cfg: Bench, prompt: str, *, model: str | None, ignore_eos: bool, logprobs: bool = False) -> dict:
+def request_body(cfg: Bench, prompt: str, *, model: str | None, ignore_eos: bool, logprobs: bool = False,
+                 thinking: str = "auto") -> dict:
     """One benchmark request: greedy, streamed, usage asked for; with ``logprobs`` only the chosen
-    token's logprob (no alternatives: the cheapest form), so NaN logits show under load too."""
+    token's logprob (no alternatives: the cheapest form), so NaN logits show under load too.
+    ``thinking``: ``[server] thinking`` (chat requests only; the completions API has no template)."""
     extra = {"ignore_eos": True, "min_tokens": cfg.output_tokens} if ignore_eos else {}
     if cfg.api == "chat":
         return chat_body([{"role": "user", "content": prompt}], max_tokens=cfg.output_tokens, top_logprobs=0 if logprobs else -1,
-                         model=model, extra=extra)
+                         model=model, extra=extra, thinking=thinking)
     b = {"prompt": prompt, "max_tokens": cfg.output_tokens, "temperature": 0.0, "stream": True,
          "stream_options": {"include_usage": True}, **extra}
     if logprobs:
@@ -445,11 +447,12 @@ class Load:
     sends the same prompt (``request_key``), whatever the trial."""
 
     def __init__(self, session, base_url: str, cfg: Bench, *, model: str | None, ignore_eos: bool,
-                 expect_logprobs: bool, prompts: list[str] | None = None) -> None:
+                 expect_logprobs: bool, prompts: list[str] | None = None, thinking: str = "auto") -> None:
         self.session, self.base_url, self.cfg = session, base_url, cfg
         self.url = api_url(base_url, cfg.api)
         self.model, self.eos, self.expect_logprobs = model, ignore_eos, expect_logprobs
         self.given = prompts
+        self.thinking = thinking
         self.by: str | None = "given" if prompts is not None else None
         self._given_next = cfg.warmup_requests
         self.ttft_slo_ms = cfg.slo.per_request("ttft") if cfg.slo else cfg.ttft_slo_ms
@@ -480,7 +483,8 @@ class Load:
         await run_level(self.session, self.url, [self._body(t) for t in texts], concurrency=n, api=self.cfg.api)
 
     def _body(self, text: str) -> dict:
-        return request_body(self.cfg, text, model=self.model, ignore_eos=self.eos, logprobs=self.expect_logprobs)
+        return request_body(self.cfg, text, model=self.model, ignore_eos=self.eos, logprobs=self.expect_logprobs,
+                            thinking=self.thinking)
 
     def summary_kw(self) -> dict:
         return dict(ttft_slo_ms=self.ttft_slo_ms, tpot_slo_ms=self.tpot_slo_ms, expect_logprobs=self.expect_logprobs,
@@ -503,16 +507,18 @@ class Load:
 
 async def run_async(base_url: str, cfg: Bench, *, model: str | None = None, ignore_eos: bool = False,
                     timeout_s: float = 300, expect_logprobs: bool = True,
-                    prompts: list[str] | None = None) -> list[LevelStats]:
+                    prompts: list[str] | None = None, thinking: str = "auto") -> list[LevelStats]:
     """Warm up, then run every level of ``cfg`` against ``base_url`` with bakeoff's own client,
     each in repetitions (``Bench``); with ``cfg.slo``, the SLO search's levels instead.
 
     ``ignore_eos`` is the engine's support; ``cfg.ignore_eos`` (when set) overrides it.
     ``prompts`` replaces the synthetic ones (warm-up ones first), e.g. to share a workload.
+    ``thinking``: ``[server] thinking``, sent with every chat request.
     """
     eos = cfg.ignore_eos if cfg.ignore_eos is not None else ignore_eos
     async with new_session(timeout_s=timeout_s) as session:
-        load = Load(session, base_url, cfg, model=model, ignore_eos=eos, expect_logprobs=expect_logprobs, prompts=prompts)
+        load = Load(session, base_url, cfg, model=model, ignore_eos=eos, expect_logprobs=expect_logprobs, prompts=prompts,
+                    thinking=thinking)
         await load.warm_up()
         if cfg.slo is not None:
             return await slo_search(load)

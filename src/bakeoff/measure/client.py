@@ -48,10 +48,21 @@ class Result:
     error: str | None = None
     last_token: float | None = None
     reasoning: str = ""  # a reasoning model's thinking (``reasoning_content`` / ``reasoning`` deltas)
+    from_reasoning: bool = False  # the reply had no content: ``text`` is its thinking
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def generated(self) -> str:
+        """Everything the model wrote: its thinking, then its answer."""
+        return self.text if self.from_reasoning else self.reasoning + self.text
+
+    @property
+    def cut_while_thinking(self) -> bool:
+        """All thinking, and ``max_tokens`` ended it: the answer never came (truncation, not a wrong answer)."""
+        return self.from_reasoning and self.finish_reason == "length"
 
 
 def new_session(limit: int = 0, timeout_s: float = 120, *, fresh: bool = False) -> aiohttp.ClientSession:
@@ -66,10 +77,22 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
+# ``[server] thinking`` -> the request fields that ask for it. ``chat_template_kwargs.enable_thinking``
+# reaches the chat template in vLLM, SGLang and llama.cpp alike; llama.cpp also reads it to pick its
+# reasoning parser's generation prompt (tools/server/server-common.cpp, "parse the enable_thinking kwarg").
+THINKING_FIELDS: dict[str, dict] = {
+    "auto": {},  # the server's (template's) default
+    "on": {"chat_template_kwargs": {"enable_thinking": True}},
+    "off": {"chat_template_kwargs": {"enable_thinking": False}},
+}
+
+
 def chat_body(messages: list[dict], *, max_tokens: int, top_logprobs: int = 0, model: str | None = None,
-              stream: bool = True, extra: dict | None = None) -> dict:
-    """A greedy chat request. ``top_logprobs`` < 0 asks for no logprobs at all."""
-    body: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "seed": 0, "stream": stream}
+              stream: bool = True, extra: dict | None = None, thinking: str = "auto") -> dict:
+    """A greedy chat request. ``top_logprobs`` < 0 asks for no logprobs at all; ``thinking``
+    (``[server] thinking``) adds the fields of ``THINKING_FIELDS``."""
+    body: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": 0.0, "seed": 0, "stream": stream,
+                            **THINKING_FIELDS[thinking]}
     if model:
         body["model"] = model
     if top_logprobs >= 0:
@@ -177,8 +200,10 @@ async def _stream_once(session: aiohttp.ClientSession, url: str, body: dict, api
     res.end = _perf()
     res.reasoning = "".join(thoughts)
     # the answer is the content; a reply that is all thinking (a reasoning parser that never saw the
-    # end of the thought, or thinking that used every token) is judged on its thinking
-    res.text = "".join(parts) or res.reasoning
+    # end of the thought, or thinking that used every token before any answer) is judged on its thinking
+    answer = "".join(parts)
+    res.from_reasoning = bool(thoughts) and not answer.strip()
+    res.text = res.reasoning if res.from_reasoning else answer
     if res.chunk_times:
         res.last_token = res.chunk_times[-1]
     return res

@@ -360,6 +360,8 @@ def recommendation(d: decide.Decision) -> str:
     out = [f'<div class="rec" id="recommendation"><p><b>{e(d.headline)}</b></p>']
     if d.objective:
         out.append(f"<p>Objective: {e(d.objective)}.</p>")
+    if d.thinking:
+        out.append(f'<p id="thinking">{e(d.thinking)}</p>')
     out += [f'<p class="caution"><b>Caution:</b> {e(c)}</p>' for c in d.cautions]
     if d.winner:
         out.append(_command("cmd-0", d.winner.command))

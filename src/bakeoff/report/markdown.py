@@ -122,6 +122,8 @@ def _recommendation(d: decide.Decision) -> list[str]:
     lines = [f"**{d.headline}**"]
     if d.objective:
         lines += ["", f"Objective: {d.objective}."]
+    if d.thinking:
+        lines += ["", d.thinking]
     for c in d.cautions:
         lines += ["", f"**Caution:** {c}"]
     if d.winner:

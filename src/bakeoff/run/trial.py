@@ -153,7 +153,8 @@ class TrialRunner:
         cfg = self.spec.probes
         collected = probes.run_probes(base_url, cfg, model=self._request_model(),
                                       ctx_size=_ctx_size(self.spec.server.args), timeout_s=self.spec.server.request_timeout_s,
-                                      expect_logprobs=self.engine.supports_logprobs, bench=self.spec.bench, baseline=baseline)
+                                      expect_logprobs=self.engine.supports_logprobs, bench=self.spec.bench, baseline=baseline,
+                                      thinking=self.spec.server.thinking, thinking_room=self.spec.server.thinking_room)
         outcome = probes.judge(collected, cfg, baseline, expect_logprobs=self.engine.supports_logprobs, role=role)
         if outcome.passed and cfg.lm_eval is not None:
             self.progress("lm_eval", ", ".join(cfg.lm_eval.tasks))
@@ -172,7 +173,7 @@ class TrialRunner:
         with EnergyMeter(devices=_visible_gpus(self.spec.server.env)) as meter:
             levels = measure.run(base_url, cfg, model=self._request_model(),
                                  ignore_eos=self.engine.supports_ignore_eos, timeout_s=self.spec.server.request_timeout_s * 4,
-                                 expect_logprobs=self.engine.supports_logprobs)
+                                 expect_logprobs=self.engine.supports_logprobs, thinking=self.spec.server.thinking)
         self.energy = meter.result(sum(lv.output_tokens for lv in levels))
         base_levels = {lv["level"]: lv for lv in ((baseline or {}).get("bench") or [])}
         return [bench.check_against_baseline(lv.to_json(), base_levels.get(lv.level), early_stop_ratio=cfg.early_stop_ratio,
