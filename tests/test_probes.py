@@ -213,6 +213,25 @@ def good() -> dict[str, Result]:
     return {k: words(v) for k, v in GOOD.items()}
 
 
+def test_a_json_reply_cut_by_max_tokens_inside_its_object_is_not_scored():
+    """A healthy reply cut at max_tokens = 16 (seen on the real engine: a q8_0 K cache trial was
+    called wrong by json_floor): truncation is no evidence either way, unless the text is not a
+    JSON object's beginning at all."""
+    cut = good()
+    cut["json"] = words('Here is the JSON object : {"name": "Al')
+    cut["json"].finish_reason = "length"
+    assert probes.absolute_floors(collected(cut), CFG) == []
+    assert probes.task_score(collected(cut)["prompts"], collected(cut)["results"]["single"]) == (2, 2)
+    prose = good()
+    prose["json"] = words("Sure , here is a person named Alice who is")
+    prose["json"].finish_reason = "length"
+    assert probes.absolute_floors(collected(prose), CFG)[0].startswith("json_floor: prompt json asked for a JSON object")
+    broken = good()
+    broken["json"] = words('{"name": }} ]] {{')
+    broken["json"].finish_reason = "length"
+    assert probes.absolute_floors(collected(broken), CFG)[0].startswith("json_floor")
+
+
 def test_baseline_alone_passes_with_measured_values():
     out = judge(collected(good()), CFG, None, role="baseline")
     assert out.passed

@@ -35,11 +35,12 @@ def _spec(alias: str, *, axes: list[dict], strategy: str = "ofat", ray_opts: dic
         "server": {"args": LLAMA_ARGS, "env": {"OMP_NUM_THREADS": "1"}, "startup_timeout_s": 120, "hang_timeout_s": 60},
         "axes": axes,
         "plan": {"strategy": strategy},
-        "probes": {"max_tokens": 16, "concurrency": 0, "long_prompt_tokens": 128},
+        # the gate and repeated measurement are not what executors are about (test_faults, test_decide)
+        "probes": {"max_tokens": 16, "concurrency": 0, "long_prompt_tokens": 128, "gate_items": 0},
         # slow_fraction low: parallel trials share this box's 2 cores while the baseline ran alone,
         # so their speed (not their correctness) is not comparable here
         "bench": {"concurrency": [2], "requests_per_level": 4, "warmup_requests": 0, "input_tokens": 32, "output_tokens": 16,
-                  "slow_fraction": 0.05},
+                  "slow_fraction": 0.05, "repetitions": 1, "max_repetitions": 1},
         "executor": "ray",
         "ray": ray_opts or {},
     })
@@ -126,7 +127,12 @@ def test_parallel_sweep_matches_local_verdicts_and_overlaps(tmp_path):
     busy = sum(t.finished - t.started for t in rest)
     print(f"local sweep {local_wall:.1f}s, ray sweep {ray_wall:.1f}s; "
           f"parallel phase wall {parallel_wall:.1f}s vs summed trial time {busy:.1f}s")
-    assert parallel_wall < 0.9 * busy
+    # trials ran at once: the two that served (flash attention on, K cache q8_0) were both running
+    # for a while (run one after the other, their intervals would not overlap at all). Not a
+    # wall-time ratio: these trials are short (~15 s), so Ray's start-up weighs on any ratio
+    a, b = par[1], par[3]
+    overlap = min(a.finished, b.finished) - max(a.started, b.started)
+    assert overlap > 2.0, (overlap, busy, parallel_wall)
 
     # each trial saw only its own (fake) GPU; overlapping trials got different ones
     gpus = {t.idx: t.env.get("CUDA_VISIBLE_DEVICES") for t in par}

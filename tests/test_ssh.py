@@ -223,13 +223,15 @@ def test_llamacpp_sweep_through_sshd(sshd, tmp_path):
     spec = parse({
         "name": "ssh-smollm2", "engine": "llamacpp", "host": sshd["table"],
         "model": {"path": model, "name": "smollm2"},
-        "server": {"args": ["--ctx-size", "2048", "--parallel", "2", "--threads", "2", "--no-webui", "--alias", alias],
-                   "env": {"OMP_NUM_THREADS": "2", "ODD": "$(touch " + str(pwned) + "2)"},
+        # one thread: two spinning llama.cpp threads on a busy 2-core machine slow to a crawl
+        "server": {"args": ["--ctx-size", "2048", "--parallel", "2", "--threads", "1", "--no-webui", "--alias", alias],
+                   "env": {"OMP_NUM_THREADS": "1", "ODD": "$(touch " + str(pwned) + "2)"},
                    "startup_timeout_s": 180, "hang_timeout_s": 90, "request_timeout_s": 300},
         "axes": [{"name": "flash_attn", "flag": "--flash-attn", "values": ["off", "on"]}],
         "plan": {"strategy": "ofat"},
-        "probes": {"max_tokens": 16, "concurrency": 0, "long_prompt_tokens": 256},
-        "bench": {"concurrency": [1], "requests_per_level": 2, "warmup_requests": 0, "input_tokens": 32, "output_tokens": 16},
+        "probes": {"max_tokens": 16, "concurrency": 0, "long_prompt_tokens": 256, "gate_items": 0},
+        "bench": {"concurrency": [1], "requests_per_level": 2, "warmup_requests": 0, "input_tokens": 32, "output_tokens": 16,
+                  "repetitions": 1, "max_repetitions": 1},
     })
     out = tmp_path / "run"
     seen: list[dict] = []
@@ -278,11 +280,12 @@ def test_llamacpp_bound_to_0000_is_reached_directly(sshd, tmp_path):
     spec = parse({
         "name": "ssh-direct", "engine": "llamacpp", "host": sshd["table"],
         "model": {"path": sshd["remote"].model, "name": "smollm2"},
-        "server": {"host": "0.0.0.0", "args": ["--ctx-size", "1024", "--parallel", "1", "--threads", "2", "--no-webui"],
+        "server": {"host": "0.0.0.0", "args": ["--ctx-size", "1024", "--parallel", "1", "--threads", "1", "--no-webui"],
                    "startup_timeout_s": 180, "hang_timeout_s": 90, "request_timeout_s": 300},
         "plan": {"strategy": "baseline"},
-        "probes": {"set": "quick", "max_tokens": 16, "concurrency": 0, "long_prompt_tokens": 128},
-        "bench": {"concurrency": [1], "requests_per_level": 2, "warmup_requests": 0, "input_tokens": 32, "output_tokens": 16},
+        "probes": {"set": "quick", "max_tokens": 16, "concurrency": 0, "long_prompt_tokens": 128, "gate_items": 0},
+        "bench": {"concurrency": [1], "requests_per_level": 2, "warmup_requests": 0, "input_tokens": 32, "output_tokens": 16,
+                  "repetitions": 1, "max_repetitions": 1},
     })
     seen = []
 
@@ -380,10 +383,11 @@ def test_host_lost_mid_sweep_is_infra_error_then_resumes(netns_host, tmp_path):
         "server": {"host": "0.0.0.0", "args": ["--ctx-size", "1024", "--parallel", "2", "--threads", "1", "--no-webui"],
                    "startup_timeout_s": 180, "hang_timeout_s": 90, "request_timeout_s": 300},
         "axes": [{"name": "flash_attn", "flag": "--flash-attn", "values": ["off", "on"]},
-                 {"name": "cache_type_k", "flag": "--cache-type-k", "values": ["f16", "q8_0", "q4_0"]}],
+                 {"name": "cache_type_k", "flag": "--cache-type-k", "values": ["f16", "q8_0", "f32"]}],
         "plan": {"strategy": "ofat"},
-        "probes": {"set": "quick", "max_tokens": 16, "concurrency": 0, "long_prompt_tokens": 128},
+        "probes": {"set": "quick", "max_tokens": 16, "concurrency": 0, "long_prompt_tokens": 128, "gate_items": 0},
         "bench": {"concurrency": [1], "requests_per_level": 2, "warmup_requests": 0, "input_tokens": 32, "output_tokens": 16,
+                  "repetitions": 1, "max_repetitions": 1,
                   "slow_fraction": 0.05},
     })
     out = tmp_path / "run"

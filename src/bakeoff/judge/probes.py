@@ -409,8 +409,43 @@ class ProbeOutcome:
 def task_score(prompts: list[Prompt], results: dict[str, Result]) -> tuple[int, int]:
     """(right, total) over the prompts that are tasks (a checkable answer or a JSON reply) and
     were answered: a reply cut by ``max_tokens`` while still thinking is not scored (``unanswered``)."""
-    tasks = [p for p in prompts if (p.answer is not None or p.json) and p.id not in unanswered(results)]
+    tasks = [p for p in prompts if (p.answer is not None or p.json) and p.id not in unanswered(results)
+             and not (p.json and _json_cut(results.get(p.id)))]
     return sum(_task_right(p, results) for p in tasks), len(tasks)
+
+
+def _json_cut(res: "Result | None") -> bool:
+    """A JSON reply ended by ``max_tokens`` inside its object (``Here is the JSON: {"name":``):
+    truncation, no evidence either way. Garbage cut at the limit is not a JSON prefix."""
+    if res is None or res.finish_reason != "length" or "{" not in res.text:
+        return False
+    return _json_prefix(res.text[res.text.index("{"):])
+
+
+def _json_prefix(text: str) -> bool:
+    """Whether ``text`` (from its first ``{``) is the beginning of a JSON object: closing its
+    open string and brackets (after a value where one is due) makes it parse."""
+    stack, in_str, esc = [], False, False
+    for c in text:
+        if in_str:
+            esc, in_str = (not esc and c == "\\"), in_str and (esc or c != '"')
+        elif c == '"':
+            in_str = True
+        elif c in "{[":
+            stack.append("}" if c == "{" else "]")
+        elif c in "}]":
+            if not stack or stack.pop() != c:
+                return False
+            if not stack:
+                return False  # a whole object: not a cut one (``_is_json_object`` scores it)
+    head = text + ('"' if in_str else "")
+    for fill in ("", "null", '"":null', ":null"):
+        try:
+            json.loads(re.sub(r",\s*$", "", head + fill) + "".join(reversed(stack)))
+            return True
+        except ValueError:
+            continue
+    return False
 
 
 def unanswered(results: dict[str, Result]) -> set[str]:
@@ -470,8 +505,7 @@ def absolute_floors(collected: dict, cfg: Probes) -> list[str]:
         missed = [p.id for p in prompts if (p.answer or p.json) and p.id not in unanswered(single) and not _task_right(p, single)]
         found.append(f"task_floor: {right}/{total} checkable tasks right (floor {cfg.min_task_accuracy:.0%}); missed {missed}")
     for p in prompts:
-        cut = p.id in res.get("single", {}) and res["single"][p.id].finish_reason == "length"
-        if (cut and res["single"][p.id].text.lstrip().startswith("{")) or p.id in unanswered(single):
+        if (p.id in single and _json_cut(single[p.id])) or p.id in unanswered(single):
             continue  # a JSON object (or a thought) cut at max_tokens is no evidence either way
         if p.json and p.id in res.get("single", {}) and not _task_right(p, res["single"]):
             found.append(f"json_floor: prompt {p.id} asked for a JSON object, got {res['single'][p.id].text[:80]!r}")
