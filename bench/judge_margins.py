@@ -123,7 +123,8 @@ def main() -> None:
             t0 = time.time()
             col, levels = serve_and_collect(extra, base, proxy=name == "proxy")
             o = probes.judge(col, CFG, base)
-            checked = [benchmod.check_against_baseline(lv, blv, early_stop_ratio=BENCH.early_stop_ratio)
+            checked = [benchmod.check_against_baseline(lv, blv, early_stop_ratio=BENCH.early_stop_ratio,
+                                                      early_stop_share=BENCH.early_stop_share)
                        for lv, blv in zip(levels, base_levels)]
             bench_faults = [lv["why_invalid"] for lv in checked if lv.get("fault")]
             m = margins(col, base, levels, base_levels)

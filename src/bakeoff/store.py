@@ -303,7 +303,8 @@ IDENTITY_FIELDS = ("engine", "engine_options", "model", "server", "host", "probe
 
 # spec fields added after sweeps were stored, with the value that means "as before": a field at
 # that value leaves a trial's identity as it was, so upgrading bakeoff does not make old verdicts stale
-ADDED_LATER = (("probes", "lm_eval", None), ("server", "thinking", "auto"), ("server", "thinking_tokens", None))
+ADDED_LATER = (("probes", "lm_eval", None), ("server", "thinking", "auto"), ("server", "thinking_tokens", None),
+               ("bench", "early_stop_share", 0.05))
 
 
 def identity_parts(spec: Any, fingerprint: dict) -> dict:

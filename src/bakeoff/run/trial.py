@@ -177,7 +177,8 @@ class TrialRunner:
         self.energy = meter.result(sum(lv.output_tokens for lv in levels))
         base_levels = {lv["level"]: lv for lv in ((baseline or {}).get("bench") or [])}
         return [bench.check_against_baseline(lv.to_json(), base_levels.get(lv.level), early_stop_ratio=cfg.early_stop_ratio,
-                                             max_tokens=cfg.output_tokens, ignore_eos=bool(eos)) for lv in levels]
+                                             max_tokens=cfg.output_tokens, ignore_eos=bool(eos),
+                                             early_stop_share=cfg.early_stop_share) for lv in levels]
 
     def teardown(self, handle: Handle, port: int) -> bool:
         """Stop the whole process tree and confirm the port is free again."""
