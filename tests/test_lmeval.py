@@ -120,6 +120,12 @@ def test_report_shows_accuracy_beside_the_baseline(sweep):
     assert (f"| 2 | bias=33-100 | bakeoff_addition (last-number) | {bad['accuracy']} (0%–" in text
             and f"| {base} (" in text.split("| 2 | bias=33-100 | bakeoff_addition", 1)[1].split("\n", 1)[0])
     assert "### Trial 2: bias=33-100 — wrong (lm_eval_task)" in text
+    from bakeoff.report.html import render_html
+
+    with Store(sweep["dir"]) as store:  # the HTML report (`bakeoff report DIR --html`) prints the same rows
+        html = render_html(store)
+    table = html.split('<table id="lm-eval">', 1)[1].split("</table>", 1)[0]
+    assert f"<td>2</td><td>bias=33-100</td><td>bakeoff_addition (last-number)</td><td>{bad['accuracy']} (0%–" in table
 
 
 def test_lm_eval_that_cannot_start_is_an_infra_error_not_a_verdict(real_llamacpp, tmp_path, hf_home):

@@ -382,6 +382,18 @@ def skipped_notes(trials: list[TrialRecord]) -> str:
     return f'<h2>Skipped</h2><ul class="skips" id="skipped">{items}</ul>'
 
 
+def lm_eval_table(trials: list[TrialRecord]) -> str:
+    """The lm-evaluation-harness gate: accuracy with its interval beside the baseline's."""
+    from bakeoff.report.markdown import LM_EVAL_HEAD, lm_eval_rows
+
+    rows = lm_eval_rows(trials)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{e(h)}</th>" for h in LM_EVAL_HEAD)
+    body = "".join("<tr>" + "".join(f"<td>{e(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f'<h2>lm-evaluation-harness</h2><table id="lm-eval"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
 def render_html(store: Store) -> str:
     sweep = store.sweep() or {"name": "?", "spec": {}, "fingerprint": {}, "created": None}
     spec, fp, trials = sweep["spec"] or {}, sweep["fingerprint"] or {}, store.current()
@@ -411,6 +423,7 @@ def render_html(store: Store) -> str:
         "<h2>Throughput vs latency</h2>", perf_plot(trials),
         "<h2>Startup timelines</h2>", timeline_plot(trials),
         (c := numeric_curve_plot(spec, trials)) and "<h2>Numeric axes</h2>" + c,
+        lm_eval_table(trials),
         skipped_notes(trials),
         f"<script>{JS}</script></body></html>",
     ]

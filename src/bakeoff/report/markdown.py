@@ -96,21 +96,30 @@ def render(store: Store) -> str:
     return "\n".join(lines) + "\n"
 
 
+LM_EVAL_HEAD = ("#", "change vs baseline", "task (filter)", "accuracy (95 % CI)", "baseline (95 % CI)", "lost / gained", "McNemar p")
+
+
+def lm_eval_rows(trials: list[TrialRecord]) -> list[tuple[str, ...]]:
+    """Each trial's lm-eval accuracy (95 % CI) beside the baseline's on the same documents, one
+    row per (trial, task) under ``LM_EVAL_HEAD``: the Markdown and the HTML report print these."""
+    out = []
+    for t in trials:
+        report = (t.metrics.get("probe") or {}).get("lm_eval") or {}
+        for task, row in (report.get("tasks") or {}).items():
+            base = f"{row['baseline']} ({_interval(row['ci95_baseline'])})" if "baseline" in row else "—"
+            moved = f"{row['lost']} / {row['gained']}" if "lost" in row else "—"
+            p = f"{report['p']:.2g}" if "p" in report else "—"
+            out.append((str(t.idx), label(t), f"{task} ({row['filter']})", f"{row['accuracy']} ({_interval(row['ci95'])})",
+                        base, moved, p))
+    return out
+
+
 def _lm_eval_lines(trials: list[TrialRecord]) -> list[str]:
-    """Each trial's lm-eval accuracy (95 % CI) beside the baseline's on the same documents."""
-    rows = [(t, task, row) for t in trials for task, row in (((t.metrics.get("probe") or {}).get("lm_eval") or {}).get("tasks") or {}).items()]
+    rows = lm_eval_rows(trials)
     if not rows:
         return []
-    out = ["", "## lm-evaluation-harness", "",
-           "| # | change vs baseline | task (filter) | accuracy (95 % CI) | baseline (95 % CI) | lost / gained | McNemar p |",
-           "|---|---|---|---|---|---|---|"]
-    for t, task, row in rows:
-        report = t.metrics["probe"]["lm_eval"]
-        base = f"{row['baseline']} ({_interval(row['ci95_baseline'])})" if "baseline" in row else "—"
-        moved = f"{row['lost']} / {row['gained']}" if "lost" in row else "—"
-        p = f"{report['p']:.2g}" if "p" in report else "—"
-        out.append(f"| {t.idx} | {label(t)} | {task} ({row['filter']}) | {row['accuracy']} ({_interval(row['ci95'])}) | {base} | {moved} | {p} |")
-    return out
+    return (["", "## lm-evaluation-harness", "", "| " + " | ".join(LM_EVAL_HEAD) + " |", "|" + "---|" * len(LM_EVAL_HEAD)]
+            + ["| " + " | ".join(r) + " |" for r in rows])
 
 
 def _interval(ci: list[float]) -> str:
