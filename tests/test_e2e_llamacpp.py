@@ -17,7 +17,17 @@ from bakeoff.store import Store
 
 
 def _servers() -> list[int]:
-    return [p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == "llama-server"]
+    """llama-servers started by a bakeoff trial (tagged with its log path): not other work's."""
+    from bakeoff.run.hosts.local import TAG_ENV
+
+    out = []
+    for p in psutil.process_iter(["name"]):
+        try:
+            if p.info["name"] == "llama-server" and p.environ().get(TAG_ENV) and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p.pid)
+        except (psutil.Error, OSError):
+            continue
+    return out
 
 
 @pytest.fixture(scope="module")

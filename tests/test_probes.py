@@ -613,6 +613,20 @@ def test_without_ignore_eos_one_short_reply_in_forty_is_listed_not_a_fault():
     assert forced["fault"] == "early_stop"
 
 
+def test_one_new_loop_in_forty_bench_replies_is_listed_more_is_a_fault():
+    """Measured on the real engine (bench/judge_margins.py, flash attention on, round 3): a
+    healthy near-tie flip sent 1 of 40 bench replies into "' Day' repeated 48 times"."""
+    long_ = [f" t{i}" for i in range(30)]
+    loop = timed(["w"] * 2 + [" the", " day", " is", " long"] * 8)
+    base = benchmod.summarize("c=4", [timed(["w"] * 2 + long_) for _ in range(40)], 1.0).to_json()
+    one = benchmod.summarize("c=4", [timed(["w"] * 2 + long_) for _ in range(39)] + [loop], 1.0).to_json()
+    assert one["fault"] is None and one["repeats"] == [39]
+    lv = benchmod.check_against_baseline(one, base)
+    assert lv["valid"] and lv["fault"] is None and lv["loops_tolerated"] == ["request 39"]
+    three = benchmod.summarize("c=4", [timed(["w"] * 2 + long_) for _ in range(37)] + [loop] * 3, 1.0).to_json()
+    assert three["fault"] == "degenerate_repetition"
+
+
 def test_repetition_under_ignore_eos_is_excused_only_where_the_baseline_loops_too():
     loop = timed(["Once"] + [" upon", " a", " time"] * 10)
     fine = timed(["w"] * 2 + [f" t{i}" for i in range(30)])

@@ -484,8 +484,9 @@ class Bench(_Strict):
     early_stop_ratio: float = Field(default=0.5, gt=0, le=1,
                                     description="a reply shorter than this share of the baseline's for the same request is an early stop")
     early_stop_share: float = Field(default=0.05, ge=0, lt=1,
-                                    description="without ignore_eos: the share of a level's replies that may stop early (a "
-                                    "healthy near-tie flip reached EOS sooner on 1 of 40); under ignore_eos none may")
+                                    description="the share of a level's replies that may stop early (without ignore_eos; "
+                                    "under it none may) or loop where the baseline's same request does not: a healthy "
+                                    "near-tie flip did each on 1 of 40 replies (docs/notes/judge-thresholds.md)")
     repetitions: int = Field(default=3, ge=1, description="independent repetitions of each level, at least")
     max_repetitions: int | None = Field(default=None, ge=1, description="at most (default max(repetitions, 5))")
     target_ci: float = Field(default=0.05, ge=0, lt=1, description="stop repeating once the 95 % interval of the "

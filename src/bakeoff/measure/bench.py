@@ -194,7 +194,7 @@ def tpot_s(r: Result, n_out: int | None) -> float | None:
 def summarize(level: str, results: list[Result], wall_s: float, *, ttft_slo_ms: float | None = None,
               tpot_slo_ms: float | None = None, expect_logprobs: bool = True, ignore_eos: bool = False,
               max_tokens: int | None = None, prompt_tokens_by: str | None = None,
-              prompt_len: int | None = None, max_error_share: float = 0.02) -> LevelStats:
+              prompt_len: int | None = None, max_error_share: float = 0.02, loop_share: float = 0.05) -> LevelStats:
     """Metrics of one level from its measured requests (warm-up already excluded), and its
     judgement: ``valid`` (may it be ranked) and ``fault`` (is the trial not ok)."""
     good = [r for r in results if r.ok]
@@ -204,10 +204,16 @@ def summarize(level: str, results: list[Result], wall_s: float, *, ttft_slo_ms: 
         if not r.ok:
             continue
         found = detect(r, expect_logprobs=expect_logprobs, ignore_eos=ignore_eos)
-        if ignore_eos and any(f.startswith(IGNORE_EOS_TOLERATED) for f in found):
-            repeats.append(i)  # judged against the baseline's same request (check_against_baseline)
-            found = [f for f in found if not f.startswith(IGNORE_EOS_TOLERATED)]
+        if any(f.startswith(IGNORE_EOS_TOLERATED) for f in found) and len(found) == 1:
+            # a loop alone (finite, greedy tokens: no numeric detector fired) is the model's own
+            # behaviour, past EOS or after a near-tie flip: judged against the baseline's same
+            # request (check_against_baseline); with any other finding it stays a fault here
+            repeats.append(i)
+            found = []
         findings.append(found)
+    if not ignore_eos and len(repeats) > int(loop_share * len(results)):  # more loops than a near-tie flip explains
+        for i in repeats:
+            findings[sum(1 for r in results[:i] if r.ok)] = [f"degenerate_repetition: request {i} loops"]
     invalid = [(r, f) for r, f in zip(good, findings) if f]
     counts = [output_tokens(r) for r in good]
     tokens_by = ("usage" if all(r.completion_tokens is not None for r in good)
@@ -276,7 +282,11 @@ def check_against_baseline(level: dict, base_level: dict | None, *, early_stop_r
     healthy change that flips a near-tie can reach the end token sooner on one reply (measured:
     1 of 40 replies, 18 tokens vs 64, KV q8_0 + flash attention, docs/notes/judge-thresholds.md):
     up to ``early_stop_share`` of the level's replies (rounded down: none in a level of fewer than
-    20) may end early, and are listed; more is a fault."""
+    20) may end early, and are listed; more is a fault. Loops the baseline's same requests do not
+    show get the same share, with or without ``ignore_eos`` (measured: flash attention on sent 1
+    of 40 replies into "' Day' repeated 48 times"); a loop with any numeric finding (NaN, a
+    non-greedy token) is a fault in ``summarize`` already, and the load probe's differential
+    (zero tolerance, near-tie aware) covers the same batch and prompt shape."""
     if not base_level or level.get("fault"):
         return level
     lens, base_lens = level.get("lens") or [], base_level.get("lens") or []
@@ -288,7 +298,11 @@ def check_against_baseline(level: dict, base_level: dict | None, *, early_stop_r
         if n < early_stop_ratio * b or forced_short:
             short.append((i, n, b))
     looped = [i for i in level.get("repeats") or [] if i not in set(base_level.get("repeats") or [])]
-    allowed = 0 if ignore_eos else int(early_stop_share * len(lens))
+    share = int(early_stop_share * len(lens))  # rounded down: none in a level of fewer than 20 replies
+    allowed = 0 if ignore_eos else share
+    if looped and len(looped) <= share:  # a near-tie flip can send a small model into a loop (1 of 40, measured)
+        level = {**level, "loops_tolerated": [f"request {i}" for i in looped]}
+        looped = []
     if short and len(short) <= allowed:
         level = {**level, "short_tolerated": [f"request {i}: {n} tokens vs {b}" for i, n, b in short]}
     elif short:
