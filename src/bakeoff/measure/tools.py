@@ -144,7 +144,7 @@ _VLLM_KEYS = {"mean": "mean_{m}_ms", "p50": "median_{m}_ms", "p90": "p90_{m}_ms"
 
 def _judge_texts(stats: LevelStats, texts: list[str] | None, errors: list[str] | None, ignore_eos: bool) -> LevelStats:
     """Run the absolute detectors on the texts a tool saved; mark the level like bakeoff's own."""
-    from bakeoff.measure.bench import IGNORE_EOS_TOLERATED
+    from bakeoff.measure.bench import LOOP_FINDINGS
 
     if texts is not None:
         errs = errors or [""] * len(texts)
@@ -154,7 +154,7 @@ def _judge_texts(stats: LevelStats, texts: list[str] | None, errors: list[str] |
                 continue
             f = detect(Result(text=text or ""), expect_logprobs=False)
             if ignore_eos:
-                f = [x for x in f if not x.startswith(IGNORE_EOS_TOLERATED)]
+                f = [x for x in f if not x.startswith(LOOP_FINDINGS)]
             if f:
                 found.append(f[0])
         stats.invalid = len(found)
