@@ -86,9 +86,10 @@ def _stub_servers(tmp_path: Path) -> list[int]:
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_hard_failure_prunes_what_holds_the_value(tmp_path, executor):
-    # good configurations take 4 s, so (bad, a) fails while (good, b) still runs beside it and
+    # good configurations take 10 s, so (bad, a) fails while (good, b) still runs beside it and
     # (bad, b) is proposed only after: a trial already started in parallel cannot be pruned
-    run_sweep(_spec(tmp_path, executor, sleep=4.0), tmp_path / "o")
+    # (4 s was too short on a loaded 2-core machine: Ray started (bad, a) after (good, b) ended)
+    run_sweep(_spec(tmp_path, executor, sleep=10.0), tmp_path / "o")
     t = _trials(tmp_path / "o")
     assert t["mode=bad,other=a"][:2] == ("crashed", "bad_args")
     assert t["mode=bad,other=b"][:2] == ("skipped", "pruned")
