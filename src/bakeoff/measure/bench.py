@@ -213,8 +213,9 @@ def summarize(level: str, results: list[Result], wall_s: float, *, ttft_slo_ms: 
             found = []
         findings.append(found)
     if not ignore_eos and len(repeats) > int(loop_share * len(results)):  # more loops than a near-tie flip explains
+        at = {i: k for k, i in enumerate(i for i, r in enumerate(results) if r.ok)}  # request -> its place in findings
         for i in repeats:
-            findings[sum(1 for r in results[:i] if r.ok)] = [f"degenerate_repetition: request {i} loops"]
+            findings[at[i]] = [f"degenerate_repetition: request {i} loops"]
     invalid = [(r, f) for r, f in zip(good, findings) if f]
     counts = [output_tokens(r) for r in good]
     tokens_by = ("usage" if all(r.completion_tokens is not None for r in good)
@@ -514,7 +515,8 @@ class Load:
     def summary_kw(self) -> dict:
         return dict(ttft_slo_ms=self.ttft_slo_ms, tpot_slo_ms=self.tpot_slo_ms, expect_logprobs=self.expect_logprobs,
                     ignore_eos=self.eos, max_tokens=self.cfg.output_tokens, prompt_tokens_by=self.by,
-                    prompt_len=self.cfg.input_tokens, max_error_share=self.cfg.max_error_share)
+                    prompt_len=self.cfg.input_tokens, max_error_share=self.cfg.max_error_share,
+                    loop_share=self.cfg.early_stop_share)
 
     async def once(self, name: str, conc: int | None, rate: float | None, rep: int, n: int, seed: int) -> Repetition:
         texts = await self.prompts([request_key(name, rep, j) for j in range(n)])
