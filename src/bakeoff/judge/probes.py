@@ -409,9 +409,16 @@ class ProbeOutcome:
 def task_score(prompts: list[Prompt], results: dict[str, Result]) -> tuple[int, int]:
     """(right, total) over the prompts that are tasks (a checkable answer or a JSON reply) and
     were answered: a reply cut by ``max_tokens`` while still thinking is not scored (``unanswered``)."""
-    tasks = [p for p in prompts if (p.answer is not None or p.json) and p.id not in unanswered(results)
-             and not (p.json and _json_cut(results.get(p.id)))]
+    tasks = scored_tasks(prompts, results)
     return sum(_task_right(p, results) for p in tasks), len(tasks)
+
+
+def scored_tasks(prompts: list[Prompt], results: dict[str, Result]) -> list[Prompt]:
+    """The task prompts whose reply is evidence: not cut while thinking (``unanswered``), not a
+    JSON object cut by ``max_tokens`` (``_json_cut``)."""
+    cut = unanswered(results)
+    return [p for p in prompts if (p.answer is not None or p.json) and p.id not in cut
+            and not (p.json and _json_cut(results.get(p.id)))]
 
 
 def _json_cut(res: "Result | None") -> bool:
@@ -502,12 +509,10 @@ def absolute_floors(collected: dict, cfg: Probes) -> list[str]:
         found.append(f"thinking_cut: the probe set: all {len(asked)} checkable tasks were cut by max_tokens while thinking "
                      f"(no answer to judge); raise server.thinking_tokens")
     if total and right / total < cfg.min_task_accuracy:
-        missed = [p.id for p in prompts if (p.answer or p.json) and p.id not in unanswered(single) and not _task_right(p, single)]
+        missed = [p.id for p in scored_tasks(prompts, single) if not _task_right(p, single)]
         found.append(f"task_floor: {right}/{total} checkable tasks right (floor {cfg.min_task_accuracy:.0%}); missed {missed}")
-    for p in prompts:
-        if (p.id in single and _json_cut(single[p.id])) or p.id in unanswered(single):
-            continue  # a JSON object (or a thought) cut at max_tokens is no evidence either way
-        if p.json and p.id in res.get("single", {}) and not _task_right(p, res["single"]):
+    for p in scored_tasks(prompts, single):  # a JSON object (or a thought) cut at max_tokens is no evidence either way
+        if p.json and p.id in single and not _task_right(p, single):
             found.append(f"json_floor: prompt {p.id} asked for a JSON object, got {res['single'][p.id].text[:80]!r}")
     gate = res.get("gate") or {}
     if gate:
