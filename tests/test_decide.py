@@ -122,3 +122,20 @@ def test_every_output_carries_the_same_decision_word_for_word(tmp_path, baseline
         assert h.escape(text) in html_text or text in html_text, text
         assert text in exported, text
         assert " ".join(text.split()) in " ".join(status.split()), text
+
+
+def test_tokens_per_joule_ride_with_the_recommendation_but_do_not_rank(tmp_path):
+    s = _spec()
+    p = make_plan(s)
+    en = lambda tpj: {"energy": {"tok_per_j": tpj, "energy_j": 10.0}}  # noqa: E731 - as measure/power.py stores it
+    # the winner by speed spends more energy per token than a tied trial: speed still ranks
+    recs = [_rec(p[0], "ok", [100.0, 102.0, 98.0, 101.0, 99.0], **en(3.9)),
+            _rec(p[1], "ok", [150.0, 151.0, 149.0, 152.0, 148.0], **en(4.18)),
+            _rec(p[2], "ok", [101.0, 97.0, 103.0, 100.0, 99.0], **en(9.5))]
+    with _store(tmp_path, s, recs) as store:
+        d = decide.load(store)
+    assert d.winner.key == p[1].key
+    assert "4.18 tokens per joule (the baseline 3.9)" in d.headline
+    assert any("9.5 tokens per joule" in f.sentence for f in d.fallbacks)
+    with _store(tmp_path / "none", s, [_rec(p[0], "ok", [100.0, 101.0]), _rec(p[1], "ok", [99.0, 100.0])]) as store:
+        assert "per joule" not in decide.load(store).headline

@@ -267,17 +267,18 @@ def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None,
     elif faster:
         win = faster[0]
         d.headline = (f"Recommended: {label(win)} — {ratio(win).describe()} the baseline's {_where(d.objective, win, base)}; "
-                      "faster beyond the noise.")
+                      f"faster beyond the noise{_energy(win, base)}.")
     else:
         win = base
         noise = f" (±{d.noise * 100:.0f} % here)" if d.noise is not None else ""
         tied = [t for t in ranked if t.changed and (r := ratio(t)) is not None and r.call == "tie"]
         if not any(t.changed for t in ranked):
             d.headline = ("Recommended: the baseline — no other configuration passed correctness "
-                          f"(figure: {_where(d.objective, base, None)}).")
+                          f"(figure: {_where(d.objective, base, None)}){_energy(base, None)}.")
         else:
             d.headline = (f"Recommended: the baseline — no configuration is faster than the baseline beyond the noise{noise}"
-                          + (f"; {len(tied)} tied with it" if tied else "") + f" (ranked by {_where(d.objective, base, None)}).")
+                          + (f"; {len(tied)} tied with it" if tied else "") + f" (ranked by {_where(d.objective, base, None)})"
+                          + f"{_energy(base, None)}.")
         if all((r := ratio(t)) is None or r.lo is None for t in ranked if t.changed) and any(t.changed for t in ranked):
             d.cautions.append("the speed figures have no interval (fewer than two repetitions): set bench.repetitions "
                               "to 2 or more before calling any configuration faster")
@@ -301,6 +302,17 @@ def _value(t: TrialRecord) -> str:
     return f"{o.value:.3g} {o.name}" + (f" (found: {o.where})" if o.where else "")
 
 
+def _energy(t: TrialRecord, base: TrialRecord | None) -> str:
+    """'; 4.18 tokens per joule (the baseline 3.90)' when the GPU's energy was measured during the bench
+    (NVML, measure/power.py), else ''. Reported beside the ranking, never ranked by."""
+    def tpj(r: TrialRecord | None) -> float | None:
+        return ((r.metrics or {}).get("energy") or {}).get("tok_per_j") if r is not None else None
+    x, b = tpj(t), tpj(base)
+    if x is None:
+        return ""
+    return f"; {x:.3g} tokens per joule" + (f" (the baseline {b:.3g})" if b is not None and base is not t else "")
+
+
 def _where(name: str, t: TrialRecord | None, base: TrialRecord | None) -> str:
     """The objective's name, with the load each side was found at when it differs by trial."""
     o, b = (objective_of(t) if t else None), (objective_of(base) if base else None)
@@ -313,7 +325,7 @@ def _pick(t: TrialRecord) -> Pick:
     vs = t.metrics.get("vs_baseline")
     rel = "" if not t.changed else (f", {Ratio(**{k: vs[k] for k in ('ratio', 'lo', 'hi', 'n_trial', 'n_base', 'higher_is_better')}).describe()} the baseline"
                                     if vs else "")
-    sentence = f"{label(t)} — {_value(t)}{rel} ({t.verdict}): {command_line(t)}"
+    sentence = f"{label(t)} — {_value(t)}{rel}{_energy(t, None)} ({t.verdict}): {command_line(t)}"
     o = objective_of(t)
     return Pick(t.key, t.idx, label(t), command_line(t), t.verdict, o.value if o else None, vs, sentence)
 
