@@ -144,6 +144,25 @@ def test_token_outside_the_other_top_k_is_inconsistent():
     assert "in each other's top-5: False/True; logprob gaps inf/0.60 (not a near-tie" in d.detail
 
 
+def test_baseline_token_below_the_trial_cut_list_is_a_near_tie_only_within_the_list_spread():
+    """Seen on the H200 with a healthy V-cache q8_0: the trial's ' any' was 0.15 nats behind the
+    baseline's ' crafting' in the baseline's list, while ' crafting' fell below the trial's top-5.
+    Its gap there is at least the trial's list spread: a near-tie when that is within the limit,
+    not when the list is steep, and never when the trial's own token is outside the baseline's list."""
+    flat = [(" any", -1.0), (" your", -1.2), (" a", -1.3), (" the", -1.5), (" writing", -1.6)]
+    base = reply(tok("I", -0.1), tok(" crafting", -0.9, [(" crafting", -0.9), (" any", -1.05), (" a", -2.0), (" the", -2.2), (" b", -3)]))
+    trial_ = reply(tok("I", -0.1), tok(" any", -1.0, flat))
+    d = compare(base, trial_, top_k=5, tie_gap=2.5)
+    assert d.consistent and d.gap == pytest.approx(0.6)
+    assert "top-5: True/False; logprob gaps 0.15/≥0.60 (near-tie" in d.detail
+    steep = [(" any", -0.1), (" your", -3.0), (" a", -3.3), (" the", -3.5), (" writing", -3.6)]
+    d = compare(base, reply(tok("I", -0.1), tok(" any", -0.1, steep)), top_k=5, tie_gap=2.5)
+    assert not d.consistent and "gaps 0.15/≥3.50 (not a near-tie" in d.detail
+    # a list shorter than k bounds nothing
+    d = compare(base, reply(tok("I", -0.1), tok(" any", -1.0, flat[:3])), top_k=5, tie_gap=2.5)
+    assert not d.consistent and "0.15/inf" in d.detail
+
+
 def test_both_in_top_k_but_gap_too_large_is_inconsistent():
     base = reply(tok("A", -0.1, [("A", -0.1), ("B", -2.5)]))
     trial_ = reply(tok("B", -0.2, [("B", -0.2), ("A", -1.0)]))
@@ -634,8 +653,31 @@ def test_repetition_under_ignore_eos_is_excused_only_where_the_baseline_loops_to
     assert base["valid"] and base["repeats"] == [0]
     same = benchmod.check_against_baseline(benchmod.summarize("c=2", [loop, fine], 1.0, ignore_eos=True).to_json(), base)
     assert same["fault"] is None
-    new = benchmod.check_against_baseline(benchmod.summarize("c=2", [fine, loop], 1.0, ignore_eos=True).to_json(), base)
-    assert new["fault"] == "degenerate_repetition" and "requests [1] loop past EOS" in new["why_invalid"]
+    # a loop that moved to another request (one new, one gone): what a near-tie flip does, either way
+    moved = benchmod.check_against_baseline(benchmod.summarize("c=2", [fine, loop], 1.0, ignore_eos=True).to_json(), base)
+    assert moved["fault"] is None and moved["loops_tolerated"] == ["request 1"]
+    # five new loops and none of the baseline's gone: a sign test's p = 1/32, beyond chance
+    base12 = benchmod.summarize("c=4", [loop] + [fine] * 11, 1.0, ignore_eos=True).to_json()
+    new = benchmod.check_against_baseline(
+        benchmod.summarize("c=4", [loop] * 6 + [fine] * 6, 1.0, ignore_eos=True).to_json(), base12)
+    assert new["fault"] == "degenerate_repetition"
+    assert "requests [1, 2, 3, 4, 5] loop where the baseline's same requests do not (5 new loops vs 0" in new["why_invalid"]
+
+
+def test_loops_moving_both_ways_are_near_tie_flips_not_faults():
+    """Measured on the H200 (flash attention off, ignore_eos, 36 replies at c=1): requests 11, 14,
+    27 looped where the baseline's did not, and the baseline's loop on request 12 was gone: 3 new vs
+    1 gone, a sign test's p = 0.31. Requests past the baseline's count (more repetitions) have no
+    partner: their loops count as new."""
+    loop = timed(["Once"] + [" upon", " a", " time"] * 10)
+    fine = timed(["w"] * 2 + [f" t{i}" for i in range(30)])
+    base = benchmod.summarize("c=1", [loop if i == 12 else fine for i in range(36)], 1.0, ignore_eos=True).to_json()
+    trial = benchmod.summarize("c=1", [loop if i in (11, 14, 27) else fine for i in range(36)], 1.0, ignore_eos=True).to_json()
+    lv = benchmod.check_against_baseline(trial, base, ignore_eos=True)
+    assert lv["fault"] is None and lv["loops_tolerated"] == ["request 11", "request 14", "request 27"]
+    assert benchmod.loop_pairs(trial, base) == ([11, 14, 27], [12])
+    longer = benchmod.summarize("c=1", [loop if i in (12, 40) else fine for i in range(48)], 1.0, ignore_eos=True).to_json()
+    assert benchmod.loop_pairs(longer, base) == ([40], [])
 
 
 def test_a_token_chosen_below_its_own_best_alternative_is_not_greedy():

@@ -303,14 +303,34 @@ def compare(base: Result, trial: Result, *, top_k: int, tie_gap: float = 1.5, te
     b_in_t = b.get("token") in t_top
     gap_b = _gap(b.get("logprob"), b_top.get(t.get("token")) if t_in_b else None)
     gap_t = _gap(t.get("logprob"), t_top.get(b.get("token")) if b_in_t else None)
-    gap = max(gap_b, gap_t)
-    consistent = t_in_b and b_in_t and gap <= tie_gap
+    # the baseline's token below the trial's cut list: its gap there is at least the list's own spread
+    floor_t = None if b_in_t else _spread(t.get("logprob"), t_top, top_k)
+    gap = max(gap_b, gap_t if b_in_t else (floor_t if floor_t is not None else math.inf))
+    consistent = t_in_b and gap <= tie_gap
+    shown_t = f"{gap_t:.2f}" if b_in_t else (f"≥{floor_t:.2f}" if floor_t is not None else "inf")
     detail = (
         f"diverged at token {n}: baseline {b.get('token')!r} vs {t.get('token')!r}; "
-        f"in each other's top-{top_k}: {t_in_b}/{b_in_t}; logprob gaps {gap_b:.2f}/{gap_t:.2f} "
+        f"in each other's top-{top_k}: {t_in_b}/{b_in_t}; logprob gaps {gap_b:.2f}/{shown_t} "
         f"({'near-tie' if consistent else 'not a near-tie'}, limit {tie_gap})"
     )
     return Diff(agreement, consistent, n, detail, gap)
+
+
+def _spread(chosen, top: dict, k: int) -> float | None:
+    """How far below the chosen token a full top-``k`` list ends: a lower bound of the gap to any
+    token not in it (None when the list is shorter than ``k``: then nothing bounds that gap).
+
+    Why a lower bound is enough in this one direction (``compare``): the trial's own token must
+    still be in the *baseline's* list within ``tie_gap`` (the known-good model found it nearly as
+    likely), and the trial's list, cut at ``k``, must not contradict a near-tie. Measured on the
+    H200 (docs/results/h200-llamacpp): a healthy ``--cache-type-v q8_0`` chose ' any' where the
+    baseline chose ' crafting' with ' any' 0.15 nats behind; ' crafting' was 6th or lower in the
+    trial's top-5. A broken kernel's choice is what the baseline finds unlikely, caught by the
+    other direction."""
+    vals = [v for v in top.values() if _finite(v)]
+    if len(vals) < k or not _finite(chosen):
+        return None
+    return max(0.0, chosen - min(vals))
 
 
 # how engines spell an end-of-sequence token in a top_logprobs list (llama.cpp: the empty string)

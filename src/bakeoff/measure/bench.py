@@ -39,6 +39,8 @@ import random
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from scipy.stats import binomtest
+
 from bakeoff.measure.client import Result, chat_body, detokenize, new_session, stream_request, tokenize_ids
 from bakeoff.judge.probes import detect
 from bakeoff.spec import Bench
@@ -271,6 +273,31 @@ def summarize(level: str, results: list[Result], wall_s: float, *, ttft_slo_ms: 
     return stats
 
 
+LOOP_ALPHA = 0.05  # sign test on new vs gone loops; see loops_by_chance
+
+
+def loop_pairs(level: dict, base_level: dict) -> tuple[list[int], list[int]]:
+    """Requests that loop in this level but not on the baseline's same request, and the reverse.
+    A request past the baseline's count (more repetitions here) has no partner: a loop there counts
+    as new."""
+    n = len(base_level.get("lens") or [])
+    base = {i for i in base_level.get("repeats") or [] if i < n}
+    mine = set(level.get("repeats") or [])
+    return sorted(mine - base), sorted(i for i in base - mine if i < len(level.get("lens") or []))
+
+
+def loops_by_chance(new: int, gone: int) -> bool:
+    """Do ``new`` loops where the baseline had none, against ``gone`` loops of the baseline that this
+    trial does not repeat, look like near-tie flips sending text either way (a sign test, one-sided,
+    exact: scipy)? A healthy numeric change moves a small model's loops both ways; a broken kernel
+    adds them. Measured on the H200 (docs/results/h200-llamacpp, healthy changes with ignore_eos,
+    36-60 replies per level): new/gone 3/1 (flash attention off), 2/1, 1/2, 0/1, 2/2; p = 0.31 for
+    3/1. Five new loops with none gone (p = 0.031) is a fault."""
+    if new == 0:
+        return True
+    return binomtest(new, new + gone, 0.5, alternative="greater").pvalue >= LOOP_ALPHA
+
+
 def check_against_baseline(level: dict, base_level: dict | None, *, early_stop_ratio: float = 0.5,
                            max_tokens: int | None = None, ignore_eos: bool = False,
                            early_stop_share: float = 0.05) -> dict:
@@ -299,10 +326,10 @@ def check_against_baseline(level: dict, base_level: dict | None, *, early_stop_r
         forced_short = ignore_eos and max_tokens and n < max_tokens <= b
         if n < early_stop_ratio * b or forced_short:
             short.append((i, n, b))
-    looped = [i for i in level.get("repeats") or [] if i not in set(base_level.get("repeats") or [])]
+    looped, lost = loop_pairs(level, base_level)
     share = int(early_stop_share * len(lens))  # rounded down: none in a level of fewer than 20 replies
     allowed = 0 if ignore_eos else share
-    if looped and len(looped) <= share:  # a near-tie flip can send a small model into a loop (1 of 40, measured)
+    if looped and (len(looped) <= share or loops_by_chance(len(looped), len(lost))):
         level = {**level, "loops_tolerated": [f"request {i}" for i in looped]}
         looped = []
     if short and len(short) <= allowed:
@@ -313,7 +340,8 @@ def check_against_baseline(level: dict, base_level: dict | None, *, early_stop_r
                f"(request {i}: {n} tokens vs {b}; limit {early_stop_ratio:.0%})")
         return {**level, "valid": False, "fault": "early_stop", "why_invalid": why}
     if looped:
-        why = (f"degenerate_repetition: requests {looped[:5]} loop past EOS where the baseline's same requests do not")
+        why = (f"degenerate_repetition: requests {looped[:5]} loop where the baseline's same requests do not "
+               f"({len(looped)} new loops vs {len(lost)} of the baseline's gone, sign test p < {LOOP_ALPHA})")
         return {**level, "valid": False, "fault": "degenerate_repetition", "why_invalid": why}
     return level
 
