@@ -43,7 +43,9 @@ b() {  # label, CMAKE_CUDA_ARCHITECTURES, extra cmake options
   return $rc
 }
 # both at once (-j16 each on 16 cores): their slow template-instance phases overlap
+# (BUILDS=sm90: the H200 build alone, ~320 s, when device time is short; the sweep then drops build=sm100)
 b sm90 90 & p=$!
+[ "${BUILDS:-sm90 sm100}" = sm90 ] && { wait $p; touch /tmp/ll/builds.done; exit 0; }
 # the other-arch build also leaves the flash-attention kernels out (GGML_CUDA_FA=OFF: about 60 of the ~100
 # template-instance files become stubs) to fit the device time; it crashes at its first kernel launch anyway
 b sm100 100-real -DGGML_CUDA_FA=OFF || { echo "sm100 failed; the other-arch build falls back to 80-real" >> /tmp/ll/build-times.txt; rm -rf /tmp/ll/build-sm100; b sm100 80-real -DGGML_CUDA_FA=OFF; }
@@ -64,7 +66,7 @@ import pynvml; pynvml.nvmlInit(); h=pynvml.nvmlDeviceGetHandleByIndex(0); print(
   tar -C $LL -xJf .gpu/llama.cpp-src.tar.xz || exit 3
   cp .gpu/smollm2.part.00 $MD/ || exit 3
   build_script > $LL/build.sh
-  setsid nohup bash $LL/build.sh > $LL/build.out 2>&1 < /dev/null &
+  BUILDS="${BUILDS:-sm90 sm100}" setsid nohup bash $LL/build.sh > $LL/build.out 2>&1 < /dev/null &
   log "builds started in the background (pid $!)" ;;
 model)
   cp .gpu/smollm2.part.01 $MD/ || exit 3
@@ -85,31 +87,36 @@ wait)
   cat $LL/build-times.txt 2>/dev/null; [ -e $LL/builds.done ] && log "builds done" || log "builds still running" ;;
 sweep)
   cp scripts/gpu/llama-server-of-build.sh $LL/llama-server-of-build; chmod +x $LL/llama-server-of-build
-  for b in sm90 sm100; do
+  BUILT=$(cd $LL && ls -d build-sm* | sed 's/build-//' | tr '\n' ' '); SPEC=examples/h200-llamacpp.toml
+  case "$BUILT" in *sm100*) ;; *) SPEC=$W/h200-llamacpp-sm90.toml; mkdir -p $W
+    sed 's/values = \["sm90", "sm100"\]/values = ["sm90"]/' examples/h200-llamacpp.toml > $SPEC
+    log "only $BUILT built: the sweep drops build=sm100 ($SPEC)";; esac
+  for b in $BUILT; do
     $LL/build-$b/bin/llama-server --version > $LL/version-$b.txt 2>&1
     cuobjdump --list-elf $LL/build-$b/bin/libggml-cuda.so > $LL/elf-$b.txt 2>&1 || cuobjdump --list-elf $LL/build-$b/bin/llama-server > $LL/elf-$b.txt 2>&1
     log "$b: $(grep -o 'sm_[0-9a-z]*' $LL/elf-$b.txt | sort | uniq -c | tr '\n' ' ') ptx: $(cuobjdump --list-ptx $LL/build-$b/bin/libggml-cuda.so 2>/dev/null | wc -l)"
   done
   python3 - > $LL/fingerprint.json 2>>$LL/run.log <<'PY'
-import json, subprocess
+import json, os, subprocess
 from bakeoff.run.fingerprint import environment_fingerprint
 fp = environment_fingerprint("llamacpp")
 fp["llama_cpp_builds"] = {b: {"version": open(f"/tmp/ll/version-{b}.txt").read().strip().splitlines()[-2:],
-    "cuda_elf": sorted(set(l.split()[-1] for l in open(f"/tmp/ll/elf-{b}.txt") if "sm_" in l))} for b in ("sm90", "sm100")}
+    "cuda_elf": sorted(set(l.split()[-1] for l in open(f"/tmp/ll/elf-{b}.txt") if "sm_" in l))}
+    for b in ("sm90", "sm100") if os.path.exists(f"/tmp/ll/version-{b}.txt")}
 fp["build_times"] = open("/tmp/ll/build-times.txt").read().splitlines()
 fp["nvcc"] = subprocess.run(["nvcc", "--version"], capture_output=True, text=True).stdout.strip().splitlines()[-1]
 print(json.dumps(fp, indent=1, default=str))
 PY
-  log "sweep examples/h200-llamacpp.toml"
+  log "sweep $SPEC"
   [ -e $LL/builds.done ] || { log "builds not done: no sweep"; tail -5 $LL/build-*.log; }
   cap=${SWEEP_CAP_S:-$(( $(left) - 45 ))}; log "sweep cap ${cap}s"
-  timeout -s INT -k 20 $cap python3 -m bakeoff.cli run examples/h200-llamacpp.toml --out $W/sweep > $W/sweep.out 2>&1
+  timeout -s INT -k 20 $cap python3 -m bakeoff.cli run $SPEC --out $W/sweep > $W/sweep.out 2>&1
   log "sweep rc=$?"; tail -5 $W/sweep.out | tee -a $LL/run.log
   python3 -m bakeoff.cli report $W/sweep --html >> $LL/run.log 2>&1
   python3 -m bakeoff.cli export $W/sweep >> $LL/run.log 2>&1
   for f in $W/sweep/logs/*.log; do tail -n 300 "$f" > "$f.t" && mv "$f.t" "$f"; done
   cp $LL/fingerprint.json $LL/build-times.txt $W/sweep/ 2>/dev/null; cp $W/sweep.out $W/sweep/sweep-stdout.txt
-  for b in sm90 sm100; do tail -n 40 $LL/build-$b.log > $W/sweep/build-$b.tail.txt; cp $LL/elf-$b.txt $LL/version-$b.txt $W/sweep/; done
+  for b in $BUILT; do tail -n 40 $LL/build-$b.log > $W/sweep/build-$b.tail.txt; cp $LL/elf-$b.txt $LL/version-$b.txt $W/sweep/; done
   cp $W/sweep/report.md $OUT/ 2>/dev/null; cp $LL/run.log $OUT/
   tar -C $W -czf $OUT/results.tar.gz sweep; log "packed $(du -sh $OUT/results.tar.gz | cut -f1)" ;;
 esac; done
