@@ -138,4 +138,7 @@ def test_tokens_per_joule_ride_with_the_recommendation_but_do_not_rank(tmp_path)
     assert "4.18 tokens per joule (the baseline 3.9)" in d.headline
     assert any("9.5 tokens per joule" in f.sentence for f in d.fallbacks)
     with _store(tmp_path / "none", s, [_rec(p[0], "ok", [100.0, 101.0]), _rec(p[1], "ok", [99.0, 100.0])]) as store:
-        assert "per joule" not in decide.load(store).headline
+        d = decide.load(store)
+    assert "per joule" not in d.headline
+    # the baseline recommended: its own figure with its interval, not only the noise band
+    assert d.headline.startswith("Recommended: the baseline — 100 output tok/s at c=4 (95 % CI 94.1–107, 2 runs); no configuration")

@@ -237,6 +237,32 @@ def test_second_ctrl_c_exits_at_once_and_leaves_no_server(tmp_path):
     db.close()
 
 
+def test_ctrl_c_during_the_drift_guard_stops_its_server_at_once(tmp_path):
+    """The baseline measured again at the end (bench.remeasure_after) is not a trial of the
+    executor: a Ctrl-C there once waited for its whole benchmark (seen on the H200: `timeout -s INT`
+    had to SIGKILL bakeoff 20 s later, which leaves the server running). Now it stops that server
+    like a trial's, stores no drift figure from a cut run, and exits."""
+    text = SPEC.replace("output_tokens = 4", "output_tokens = 32\nremeasure_after = 1\nrepetitions = 3\nmax_repetitions = 3")
+    spec, out = write_spec(tmp_path, text), tmp_path / "sweep"
+    proc = start_run(spec, out)
+    deadline = time.monotonic() + 600
+    while not (list((out / "logs").glob("002-*.log")) and tagged_servers(tmp_path)):  # the re-run's server is up
+        assert proc.poll() is None, f"bakeoff exited with {proc.returncode} before the drift guard"
+        assert time.monotonic() < deadline, "the drift guard never started"
+        time.sleep(0.05)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
+    assert proc.wait(120) == 0
+    assert time.monotonic() - t0 < 12, "bakeoff waited for the drift guard's benchmark"
+    time.sleep(0.5)
+    assert not tagged_servers(tmp_path)
+    db = ro(out)
+    assert db.execute("SELECT value FROM meta WHERE key='baseline_again'").fetchone() is None
+    assert db.execute("SELECT count(*) FROM trials").fetchone()[0] == 2
+    db.close()
+
+
 def test_unrecorded_orphan_is_found_by_its_env_tag(tmp_path, real_llamacpp):
     """A server the store never heard of (bakeoff died between spawn and save) is still found."""
     sweep = tmp_path / "sweep"

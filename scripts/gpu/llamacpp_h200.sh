@@ -87,7 +87,7 @@ wait)
   cat $LL/build-times.txt 2>/dev/null; [ -e $LL/builds.done ] && log "builds done" || log "builds still running" ;;
 sweep)
   cp scripts/gpu/llama-server-of-build.sh $LL/llama-server-of-build; chmod +x $LL/llama-server-of-build
-  BUILT=$(cd $LL && ls -d build-sm* | sed 's/build-//' | tr '\n' ' '); SPEC=examples/h200-llamacpp.toml
+  BUILT=$(cd $LL && ls -d build-sm*/ | sed 's/build-//; s,/,,' | tr '\n' ' '); SPEC=examples/h200-llamacpp.toml  # build folders, not logs
   case "$BUILT" in *sm100*) ;; *) SPEC=$W/h200-llamacpp-sm90.toml; mkdir -p $W
     sed 's/values = \["sm90", "sm100"\]/values = ["sm90"]/' examples/h200-llamacpp.toml > $SPEC
     log "only $BUILT built: the sweep drops build=sm100 ($SPEC)";; esac

@@ -194,7 +194,8 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None,
                 why = _loop(sweep)
                 if why == "done" and spec.bench.remeasure_after and sweep.benchmarked >= spec.bench.remeasure_after:
                     events.note("measuring the baseline again (drift guard, bench.remeasure_after)")
-                    remeasure(spec, store, host, out_dir, model_path, progress=events.phase, should_stop=stop.stopped.is_set)
+                    remeasure(spec, store, host, out_dir, model_path, progress=events.phase, should_stop=stop.stopped.is_set,
+                              on_runner=lambda runner: setattr(stop, "on_stop", runner.abort_current))
             store.set_progress(None, why)
         decide.save(store)
         report = write_reports(out_dir, store)

@@ -32,14 +32,17 @@ def run(base_url: str, cfg: Bench, **kw) -> list[LevelStats]:
     return _run_loop(run_async(base_url, cfg, **kw))
 
 
-def remeasure(spec, store, host, sweep_dir, model_path: str, *, progress=None, should_stop=lambda: False) -> dict | None:
+def remeasure(spec, store, host, sweep_dir, model_path: str, *, progress=None, should_stop=lambda: False,
+              on_runner=lambda runner: None) -> dict | None:
     """The drift guard: launch the baseline once more at the end of a sweep and benchmark it as
     before; its metrics go to the store's meta ``baseline_again``, where ``decide`` compares them
     with the baseline's first measurement (``Decision.drift``, a caution when beyond the noise).
 
     Runs only when the baseline passed and some other configuration was launched after it.
     The re-run is not a trial: nothing in the trial table changes; its server log is
-    ``logs/<next idx>-<baseline key>.log``. Returns the stored metrics, or None."""
+    ``logs/<next idx>-<baseline key>.log``. ``on_runner`` is handed the runner before its launch,
+    so that a Ctrl-C can stop it as it stops a trial (``TrialRunner.abort_current``). Returns the
+    stored metrics, or None (also when stopped: a cut re-run says nothing about drift)."""
     import time
 
     from bakeoff.plan import Planned
@@ -51,9 +54,14 @@ def remeasure(spec, store, host, sweep_dir, model_path: str, *, progress=None, s
         return None
     if not any(t.changed and t.verdict != "skipped" for t in trials):
         return None
+    if should_stop():
+        return None
     rec = Recorder()
     runner = runner_for(spec, host, rec, sweep_dir, model_path, progress=progress, should_stop=should_stop)
+    on_runner(runner)
     again = runner.run(base.with_(state="pending", verdict=None, metrics={}, attempts=0), Planned(store.next_idx(), base.config, ()), None)
+    if should_stop():
+        return None
     if again.verdict != "ok":
         out = {"failed": f"{again.verdict}: {again.detail}", "finished": time.time()}
     else:

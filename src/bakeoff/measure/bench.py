@@ -291,8 +291,8 @@ def loops_by_chance(new: int, gone: int) -> bool:
     trial does not repeat, look like near-tie flips sending text either way (a sign test, one-sided,
     exact: scipy)? A healthy numeric change moves a small model's loops both ways; a broken kernel
     adds them. Measured on the H200 (docs/results/h200-llamacpp, healthy changes with ignore_eos,
-    36-60 replies per level): new/gone 3/1 (flash attention off), 2/1, 1/2, 0/1, 2/2; p = 0.31 for
-    3/1. Five new loops with none gone (p = 0.031) is a fault."""
+    36-60 replies per level): new/gone 3/1 (flash attention off, c=1), 1/2, 0/0, 0/1, 2/1, 0/2, 1/1,
+    2/2; p = 0.31 for 3/1. Five new loops with none gone (p = 0.031) is a fault."""
     if new == 0:
         return True
     return binomtest(new, new + gone, 0.5, alternative="greater").pvalue >= LOOP_ALPHA
