@@ -242,7 +242,11 @@ def test_ctrl_c_during_the_drift_guard_stops_its_server_at_once(tmp_path):
     executor: a Ctrl-C there once waited for its whole benchmark (seen on the H200: `timeout -s INT`
     had to SIGKILL bakeoff 20 s later, which leaves the server running). Now it stops that server
     like a trial's, stores no drift figure from a cut run, and exits."""
-    text = SPEC.replace("output_tokens = 4", "output_tokens = 32\nremeasure_after = 1\nrepetitions = 3\nmax_repetitions = 3")
+    # two configurations that differ by an env variable llama-server never reads: both benchmarked
+    text = (SPEC.replace("output_tokens = 4", "output_tokens = 32\nremeasure_after = 1\nrepetitions = 3\nmax_repetitions = 3")
+            .replace('name = "cache_type_v"\nflag = "--cache-type-v"\nvalues = ["f16", "q8_0"]',
+                     'name = "tag"\nenv = "BAKEOFF_UNREAD_TAG"\nvalues = ["a", "b"]'))
+    assert "BAKEOFF_UNREAD_TAG" in text
     spec, out = write_spec(tmp_path, text), tmp_path / "sweep"
     proc = start_run(spec, out)
     deadline = time.monotonic() + 600
