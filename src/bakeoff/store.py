@@ -210,7 +210,10 @@ class Store:
         row = self.db.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         if row is None:
             return None
-        return json.loads(row["value"])
+        try:
+            return json.loads(row["value"])
+        except json.JSONDecodeError:  # a plain string, as bakeoff before schema 2's JSON meta wrote the identity
+            return row["value"]
 
     # -- progress (what the running bakeoff is doing now; for watchers and tests) ----------
     def set_progress(self, trial_key: str | None, phase: str) -> None:
