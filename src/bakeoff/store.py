@@ -212,7 +212,7 @@ class Store:
             return None
         try:
             return json.loads(row["value"])
-        except json.JSONDecodeError:  # a plain string, as bakeoff before schema 2's JSON meta wrote the identity
+        except json.JSONDecodeError:  # bare text: 'identity' as written from 9d877f3 until e8046c0 (same schema 2)
             return row["value"]
 
     # -- progress (what the running bakeoff is doing now; for watchers and tests) ----------

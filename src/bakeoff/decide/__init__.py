@@ -276,7 +276,7 @@ def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None,
             d.headline = ("Recommended: the baseline — no other configuration passed correctness "
                           f"(figure: {_where(d.objective, base, None)}){_energy(base, None)}.")
         else:
-            d.headline = (f"Recommended: the baseline — {_figure(base)}; no configuration is faster than the baseline beyond the noise{noise}"
+            d.headline = (f"Recommended: the baseline — {_value(base, interval=True)}; no configuration is faster than the baseline beyond the noise{noise}"
                           + (f"; {len(tied)} tied with it" if tied else "") + f" (ranked by {_where(d.objective, base, None)})"
                           + f"{_energy(base, None)}.")
         if all((r := ratio(t)) is None or r.lo is None for t in ranked if t.changed) and any(t.changed for t in ranked):
@@ -298,21 +298,16 @@ def _num(x: float) -> str:
     return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
 
 
-def _value(t: TrialRecord) -> str:
+def _value(t: TrialRecord, interval: bool = False) -> str:
+    """'1308 output tok/s at c=8', with ``interval`` '… (95 % CI 1184–1432, 5 runs)'."""
     o = objective_of(t)
     if not o:
         why = ((t.metrics or {}).get("objective") or {}).get("why")
         return f"no figure ({why})" if why else "no figure"
-    return f"{_num(o.value)} {o.name}" + (f" (found: {o.where})" if o.where else "")
-
-
-def _figure(t: TrialRecord) -> str:
-    """'1308 output tok/s at c=8 (95 % CI 1184–1432, 5 runs)': the figure with its interval."""
-    o = objective_of(t)
-    if o is None:
-        return _value(t)
-    _, lo, hi = mean_interval(o.samples)
-    ci = f" (95 % CI {_num(lo)}–{_num(hi)}, {len(o.samples)} runs)" if lo is not None else f" ({len(o.samples)} run)"
+    ci = ""
+    if interval:
+        _, lo, hi = mean_interval(o.samples)
+        ci = f" (95 % CI {_num(lo)}–{_num(hi)}, {len(o.samples)} runs)" if lo is not None else f" ({len(o.samples)} run)"
     return f"{_num(o.value)} {o.name}{ci}" + (f" (found: {o.where})" if o.where else "")
 
 

@@ -302,12 +302,14 @@ def compare(base: Result, trial: Result, *, top_k: int, tie_gap: float = 1.5, te
     t_in_b = t.get("token") in b_top
     b_in_t = b.get("token") in t_top
     gap_b = _gap(b.get("logprob"), b_top.get(t.get("token")) if t_in_b else None)
-    gap_t = _gap(t.get("logprob"), t_top.get(b.get("token")) if b_in_t else None)
-    # the baseline's token below the trial's cut list: its gap there is at least the list's own spread
-    floor_t = None if b_in_t else _spread(t.get("logprob"), t_top, top_k)
-    gap = max(gap_b, gap_t if b_in_t else (floor_t if floor_t is not None else math.inf))
+    if b_in_t:
+        gap_t = _gap(t.get("logprob"), t_top.get(b.get("token")))
+        shown_t = f"{gap_t:.2f}"
+    else:  # the baseline's token below the trial's cut list: its gap there is at least the list's own spread
+        floor_t = _spread(t.get("logprob"), t_top, top_k)
+        gap_t, shown_t = (math.inf, "inf") if floor_t is None else (floor_t, f"≥{floor_t:.2f}")
+    gap = max(gap_b, gap_t)
     consistent = t_in_b and gap <= tie_gap
-    shown_t = f"{gap_t:.2f}" if b_in_t else (f"≥{floor_t:.2f}" if floor_t is not None else "inf")
     detail = (
         f"diverged at token {n}: baseline {b.get('token')!r} vs {t.get('token')!r}; "
         f"in each other's top-{top_k}: {t_in_b}/{b_in_t}; logprob gaps {gap_b:.2f}/{shown_t} "
