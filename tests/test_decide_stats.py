@@ -77,10 +77,10 @@ def test_slo_goodput_is_the_objective_and_the_headline_names_it():
 
 def test_drift_of_the_baseline_measured_again_is_reported():
     base, t = trial(0, [100, 101, 99, 100], changed=False), trial(1, [100, 99, 101, 100])
-    d, _ = decide(SPEC, [base, t], baseline_again={"levels": base.metrics["levels"]})
+    d, _ = decide(SPEC, [base, t], baseline_runs=[{"levels": base.metrics["levels"]}])
     assert d.drift["call"] == "tie" and not any("DRIFT" in c for c in d.cautions)
     slowed = {"levels": [{"level": "c=4", "valid": True, "output_tok_s": 80, "samples": {"output_tok_s": [80, 81, 79, 80]}}]}
-    d, _ = decide(SPEC, [base, t], baseline_again=slowed)
+    d, _ = decide(SPEC, [base, t], baseline_runs=[slowed])
     assert d.drift["call"] == "worse" and d.drift["ratio"] == pytest.approx(0.8, abs=0.01)
     assert any(c.startswith("DRIFT: the baseline measured again") and "0.80x" in c for c in d.cautions)
 
@@ -105,6 +105,71 @@ def test_the_baselines_own_drift_raises_the_launch_noise():
     again = {"levels": [{"level": "c=4", "valid": True, "output_tok_s": 80, "samples": {"output_tok_s": [80, 81, 79, 80]}}]}
     spec = {"bench": {"launch_noise": 0.0}}
     assert decide(spec, [base, t])[1][1].metrics["vs_baseline"]["call"] == "better"
-    d, final = decide(spec, [base, t], baseline_again=again)
+    d, final = decide(spec, [base, t], baseline_runs=[again])
     assert final[1].metrics["vs_baseline"]["call"] == "tie" and d.winner.key == "k0"
     assert d.drift["between"] > 0.15
+    assert d.launch_noise["source"] == "drift" and "drift between its first and last launches" in d.noise_line
+
+
+# -- launch noise measured from the baseline's own launches (bench.launch_noise = "auto") --------
+AUTO = {"bench": {"slow_fraction": 0.8}}  # the default: "auto"
+
+
+def runs(*launches: list[float]) -> list[dict]:
+    return [{"levels": [{"level": "c=4", "valid": True, "output_tok_s": sum(x) / len(x), "samples": {"output_tok_s": x}}]}
+            for x in launches]
+
+
+def test_a_baseline_whose_launches_move_keeps_an_identical_relaunch_a_tie():
+    """Sweep 0's false winner (repetitions alone say 'better'); the baseline's later launches on
+    that loaded machine moved as much as the replica did, so the launch noise measured says tie."""
+    later = runs([19.8, 20.5, 18.9], [23.5, 22.0, 24.1], [16.1, 15.2, 17.3])
+    d, final = decide(AUTO, [trial(0, AA_BASE, changed=False), trial(1, AA_REPLICA)], baseline_runs=later)
+    vs = final[1].metrics["vs_baseline"]
+    assert vs["call"] == "tie" and vs["base_launches"] == 4 and d.winner.key == "k0"
+    assert d.launch_noise["source"] == "measured" and d.launch_noise["sd"] > 0.1
+    assert "measured from the baseline's 4 launches" in d.headline
+    # the baseline's own figure is the one every ratio is against: its mean over the 4 launches
+    assert "18.3 output tok/s at c=4 (95 % CI" in d.headline and "4 launches, 12 runs)" in d.headline
+    assert d.noise_line.startswith("Launch noise: 19.1 %, measured from the baseline's 4 launches")
+    assert "the baseline's last launch was 1.06x" in d.noise_line and d.noise_line in d.summary_lines()
+
+
+def test_a_quiet_baselines_launches_let_a_planted_25_percent_slowdown_be_called():
+    """Quiet-machine figures (bench/README.md: repetition sd ~5.5 %, launch noise ~3 %): the
+    planted run 3 of 2026-12-03 (0.79x) was a tie at the fixed 0.08; its launches measured say slower."""
+    base = [10.0, 11.0, 9.2, 10.6, 9.4]
+    slowed = [7.5, 8.8, 7.6, 8.3]
+    assert decide({"bench": {"launch_noise": 0.08}}, [trial(0, base, changed=False), trial(1, slowed)])[1][1] \
+        .metrics["vs_baseline"]["call"] == "tie"
+    later = runs([10.5, 9.6, 10.1, 11.0], [9.5, 10.4, 9.9], [10.4, 10.9, 9.4, 10.0])
+    d, final = decide(AUTO, [trial(0, base, changed=False), trial(1, slowed)], baseline_runs=later)
+    vs = final[1].metrics["vs_baseline"]
+    assert vs["call"] == "worse" and vs["hi"] < 0.95 and vs["base_launches"] == 4
+    assert d.launch_noise["sd"] < 0.05
+
+
+def test_auto_with_fewer_than_three_launches_uses_the_default_and_says_so():
+    base, t = trial(0, [100, 101, 99, 100], changed=False), trial(1, [109, 110, 108, 109])
+    d, final = decide(AUTO, [base, t], baseline_runs=runs([100, 99, 101]))
+    assert d.launch_noise["source"] == "default" and d.launch_noise["sd"] == pytest.approx(0.08)
+    assert final[1].metrics["vs_baseline"]["call"] == "tie" and "fewer than 3 launches" in d.headline
+    assert d.noise_line.startswith("Launch noise: 8 % (the default: fewer than 3 launches")
+
+
+def test_how_many_baseline_launches_a_sweep_wants():
+    from bakeoff.decide import baseline_launches_wanted
+    base = trial(0, [100, 101, 99], changed=False)
+    assert baseline_launches_wanted(AUTO, [base]) == 1  # nothing to compare with
+    assert baseline_launches_wanted(AUTO, [base, trial(1, [100, 102, 98])]) == 1  # no claim hangs on it
+    assert baseline_launches_wanted(AUTO, [base, trial(1, [120, 121, 119])]) == 4  # a claim: measure the noise
+    fixed = {"bench": {"launch_noise": 0.05, "baseline_launches": 6}}
+    assert baseline_launches_wanted(fixed, [base, trial(1, [120, 121, 119])]) == 1
+    assert baseline_launches_wanted(fixed, [base] + [trial(i, [120, 121, 119]) for i in (1, 2, 3)]) == 2  # drift guard
+    assert baseline_launches_wanted({"bench": {"baseline_launches": 6}}, [base, trial(1, [120, 121, 119])]) == 6
+
+
+def test_a_baseline_failing_on_a_relaunch_is_a_caution():
+    base, t = trial(0, [100, 101, 99], changed=False), trial(1, [100, 99, 101])
+    d, _ = decide(AUTO, [base, t], baseline_runs=[{"failed": "crashed: CUDA error: an illegal memory access", "launch": 2}])
+    assert any(c.startswith("FLAKY BASELINE") and "illegal memory access" in c for c in d.cautions)

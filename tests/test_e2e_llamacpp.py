@@ -113,3 +113,26 @@ def test_plan_prints_argv_and_launches_nothing():
     assert proc.stdout.count("# trial") == 3
     assert "--cache-type-v q8_0" in proc.stdout and "OMP_NUM_THREADS=1" in proc.stdout
     assert set(_servers()) <= before
+
+
+def test_the_baseline_was_launched_as_often_as_the_decision_wanted(sweep):
+    """Launches of the baseline beyond the first happen only when a speed claim hangs on the launch
+    noise (then bench.baseline_launches = 4 in all, the measured noise in every output) or for the
+    drift guard; each has its own server log, and the report says which noise the ratios counted."""
+    from bakeoff import decide
+
+    with Store(sweep["dir"]) as store:
+        wanted = decide.baseline_launches_wanted(store.sweep()["spec"], store.current())
+        runs = decide.baseline_runs(store)
+        d = decide.load(store)
+        base_key = next(t.key for t in store.trials() if t.is_baseline)
+    assert 1 + len(runs) == wanted and not any(r.get("failed") for r in runs)
+    assert sorted(p.name for p in (sweep["dir"] / "logs").glob("9*.log")) == \
+        [f"{9000 + n}-{base_key}.log" for n in range(2, wanted + 1)]
+    report = (sweep["dir"] / "report.md").read_text()
+    assert d.noise_line and d.noise_line in report
+    if wanted == 4:
+        assert d.launch_noise["source"] == "measured" and "measured from the baseline's 4 launches" in d.noise_line
+        assert "4 launches" in d.headline or any("in 4 launches" in (f.sentence or "") for f in d.fallbacks + [d.winner])
+    else:
+        assert d.launch_noise["source"] in ("default", "drift")

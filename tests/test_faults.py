@@ -43,9 +43,10 @@ def spec_data(eng, **over) -> dict:
                    "startup_timeout_s": STARTUP_TIMEOUT, "hang_timeout_s": 90, "request_timeout_s": 400},
         # the gate at 40 items (the default 80 costs ~1 min per trial on 2 busy cores)
         "probes": {"set": "quick", "max_tokens": 24, "concurrency": 2, "gate_items": 40},
-        # the bench is not what is tested here; slow_fraction low so contention noise is not 'slow'
+        # the bench is not what is tested here; slow_fraction low so contention noise is not 'slow'; a fixed
+        # launch noise: no extra launches of the baseline to measure it (test_baseline_relaunch.py does)
         "bench": {"concurrency": [1], "requests_per_level": 2, "warmup_requests": 0,
-                  "input_tokens": 32, "output_tokens": 16, "slow_fraction": 0.05},
+                  "input_tokens": 32, "output_tokens": 16, "slow_fraction": 0.05, "launch_noise": 0.08},
         "plan": {"strategy": "baseline"},
     }
     for key, value in over.items():

@@ -101,7 +101,7 @@ def test_kill_minus_9_mid_search_then_resume(strategy, real_llamacpp, tmp_path):
         trials = [t for t in st.current() if t.is_finished()]
         stop = st.meta("stop_reason")
         stored = decide.load(st)
-        again, _ = decide.decide(st.sweep()["spec"], st.current(), stop)
+        again, _ = decide.decide(st.sweep()["spec"], st.current(), stop, decide.baseline_runs(st))
     for key, old in before.items():  # nothing that had finished ran twice
         new = next(t for t in trials if t.key == key)
         assert (new.started, new.finished, new.attempts, new.metrics.get("levels")) == \

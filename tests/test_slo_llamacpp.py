@@ -81,7 +81,9 @@ def test_slo_search_finds_the_slot_count_and_ranks_by_goodput(real_llamacpp, tmp
             .replace("requests_per_level = 8", "requests_per_level = 4")
             .replace("input_tokens = 32", "input_tokens = 16").replace("output_tokens = 64", "output_tokens = 48")
             .replace("repetitions = 3", "repetitions = 2").replace("max_repetitions = 5", "max_repetitions = 2")
-            .replace("[probes]\n", "[probes]\ngate_items = 0\n"))  # the SLO search is the subject here, not the gate
+            .replace("[probes]\n", "[probes]\ngate_items = 0\n")  # the SLO search is the subject here, not the gate
+            # a fixed launch noise: no relaunches of the baseline, each one a whole SLO search (CI time)
+            .replace("[bench]\n", "[bench]\nlaunch_noise = 0.08\n"))
     assert f"ttft_p90_ms = {limit}" in text and "values = [1, 2]" in text and "gate_items = 0" in text
     tomllib.loads(text)
     spec = tmp_path / "spec.toml"

@@ -191,11 +191,19 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None,
             stop.on_stop, stop.on_hard_stop = executor.interrupt, executor.kill_now
             with stop:
                 sweep = Sweep(spec, store, host, executor, gate, events, model_path, identity, stop.stopped.is_set)
+
+                def relaunch() -> dict | None:  # a Ctrl-C meanwhile stops the baseline's server like a trial's
+                    try:
+                        return remeasure(spec, store, host, out_dir, model_path, progress=events.phase,
+                                         should_stop=stop.stopped.is_set,
+                                         on_runner=lambda runner: setattr(stop, "on_stop", runner.abort_current))
+                    finally:
+                        stop.on_stop = executor.interrupt
+
+                sweep.relaunch = relaunch
                 why = _loop(sweep)
-                if why == "done" and spec.bench.remeasure_after and sweep.benchmarked >= spec.bench.remeasure_after:
-                    events.note("measuring the baseline again (drift guard, bench.remeasure_after)")
-                    remeasure(spec, store, host, out_dir, model_path, progress=events.phase, should_stop=stop.stopped.is_set,
-                              on_runner=lambda runner: setattr(stop, "on_stop", runner.abort_current))
+                if why in ("done", "budget"):  # a budget caps trials; the baseline's relaunches are not trials
+                    _relaunch_baseline(sweep, at_end=True)
             store.set_progress(None, why)
         decide.save(store)
         report = write_reports(out_dir, store)
@@ -231,7 +239,8 @@ class Sweep:
     stopped: Callable[[], bool]
     started: float = 0.0
     gave_up: dict[str, dict] = field(default_factory=dict)  # key -> config: the host failed under it this run
-    benchmarked: int = 0  # changed configurations benchmarked in this run (the drift guard's trigger)
+    benchmarked: int = 0  # changed configurations benchmarked in this run
+    relaunch: Callable[[], dict | None] = lambda: None  # one more launch of the baseline (measure.remeasure)
 
     def current(self) -> list[TrialRecord]:
         """This spec's trials (stale ones from an edited spec left out), in order."""
@@ -277,11 +286,37 @@ def _loop(sw: Sweep) -> str:
             sw.gate.learn(rec)
             decide.save(sw.store)
             sw.events.trial_end(sw.store.get(rec.key))
+        if not running and sw.executor.capacity() == 1:
+            _relaunch_baseline(sw, at_end=False)
     why = ("interrupted" if sw.stopped() else "host_failed" if any(t.verdict == "infra_error" for t in sw.current())
            else "budget" if _budget_left(sw) == 0 else "done")
     sw.store.set_meta("stop_reason", {"done": strategy.why_done or "done",
                                       "budget": "the search budget ran out (plan.max_trials / plan.max_hours)"}.get(why, why))
     return why
+
+
+def _relaunch_baseline(sw: Sweep, at_end: bool) -> None:
+    """Launch the baseline again as many times as the decision wants
+    (``decide.baseline_launches_wanted``): at the end all of them; during a one-at-a-time sweep,
+    spread among the trials (interleaved), so that the baseline's launches span the sweep's time
+    like the trials they are compared with. The last one is always left for the end (the drift)."""
+    trials = sw.current()
+    wanted = decide.baseline_launches_wanted(sw.spec.model_dump(mode="json"), trials)
+    have = 1 + len(decide.baseline_runs(sw.store))
+    if not at_end:
+        done = sum(1 for t in trials if t.changed and t.is_finished() and t.metrics.get("levels"))
+        known = sum(1 for t in trials if t.changed and t.verdict != "skipped")
+        if wanted <= 2 or not known:
+            return
+        wanted = min(wanted - 1, 1 + (wanted - 1) * done // (known + 1))
+    while have < wanted and not sw.stopped():
+        why = ("the launch noise: a speed claim depends on it, bench.baseline_launches" if wanted > 2
+               else "drift guard, bench.remeasure_after")
+        sw.events.note(f"launching the baseline again ({have + 1} of {wanted}: {why})")
+        sw.relaunch()
+        have += 1
+    if at_end or have > 1:
+        decide.save(sw.store)
 
 
 def _propose(sw: Sweep, strategy, running: dict[str, Planned]) -> list[dict]:

@@ -492,15 +492,30 @@ class Bench(_Strict):
     target_ci: float = Field(default=0.05, ge=0, lt=1, description="stop repeating once the 95 % interval of the "
                              "level's output tok/s is within this fraction of its mean; 0 = always run to the cap")
     remeasure_after: int = Field(default=3, ge=0, description="the drift guard: measure the baseline again at the end "
-                                 "when this many other configurations were benchmarked in the run (0: never)")
-    launch_noise: float = Field(default=0.08, ge=0, lt=1, description="relative spread of one configuration's mean "
-                                "from one launch (one stretch of time) to the next, beyond what its repetitions show; added "
-                                "to every comparison's uncertainty. 0.08: the A/A test (bench/aa_test.py, 15 pairs of one configuration relaunched on a loaded 2-core machine) made 4 false calls at 0.03, 3 at 0.05, 1 at 0.08; bench/README.md")
+                                 "when this many other configurations were benchmarked (0: never), when no speed "
+                                 "claim already asks for more launches (bench.baseline_launches)")
+    launch_noise: float | Literal["auto"] = Field(
+        default="auto", description="relative spread of one configuration's mean from one launch (one stretch of time) "
+        "to the next, beyond what its repetitions show; it widens every comparison. \"auto\": measured from the "
+        "baseline's own launches (bench.baseline_launches) whenever a speed claim depends on it; a number: a known figure "
+        "(the A/A runs in bench/README.md: 0.03 on a quiet 2-core machine, 0.12 on a loaded one; 0.08 is used when "
+        "\"auto\" has fewer than 3 launches to go by)")
+    baseline_launches: int = Field(default=4, ge=1, le=20, description="with launch_noise = \"auto\": how many times the "
+                                   "baseline is launched and benchmarked in all when a speed claim depends on the launch "
+                                   "noise (interleaved with the trials when they run one at a time, the last at the end); "
+                                   "fewer than 3 cannot measure it")
     slo: Slo | None = Field(default=None, description="latency limits; with one, rank by goodput at the highest load meeting them")
     slo_search: Literal["concurrency", "rate"] = Field(default="concurrency", description="what the SLO search varies")
     slo_max_load: float = Field(default=32, gt=0, description="the SLO search's upper bound (concurrency or req/s)")
     slo_min_load: float = Field(default=1, gt=0, description="the SLO search's first level (concurrency or req/s)")
     slo_max_levels: int = Field(default=7, ge=2, le=20, description="load levels the SLO search may try, at most")
+
+    @field_validator("launch_noise")
+    @classmethod
+    def _noise_range(cls, v: float | str) -> float | str:
+        if not isinstance(v, str) and not 0 <= v < 1:
+            raise ValueError('must be "auto" or a fraction from 0 up to (not including) 1, e.g. 0.05')
+        return v
 
     @field_validator("concurrency")
     @classmethod

@@ -18,10 +18,12 @@ CLI's last lines) prints those sentences as they are; none decides anything.
 
 from __future__ import annotations
 
+import math
 import shlex
 from dataclasses import asdict, dataclass, field
 
-from bakeoff.decide.stats import Ratio, mean_interval, ratio_interval, relative_half_width
+from bakeoff.decide.stats import (MIN_LAUNCHES, LaunchNoise, Ratio, launch_noise, mean_interval, ratio_interval,
+                                  ratio_vs_launches, relative_half_width)
 from bakeoff.plan import Planned
 from bakeoff.store import Store, TrialRecord
 
@@ -93,6 +95,7 @@ class Decision:
     objective: str = ""
     baseline_ok: bool = False
     noise: float | None = None          # the baseline's relative half-width: what "beyond the noise" means
+    launch_noise: dict | None = None    # the launch noise the comparisons used: sd, source (measured/configured/default)
     winner: Pick | None = None
     fallbacks: list[Pick] = field(default_factory=list)
     headline: str = ""                  # the recommendation, one sentence
@@ -101,6 +104,8 @@ class Decision:
     drift: dict | None = None           # the baseline measured again at the end vs first: Ratio.to_json() + describe
     verdicts: dict[str, dict] = field(default_factory=dict)  # key -> {verdict, detail, vs_baseline, caution}
     thinking: str = ""                  # how a reasoning model's thinking was asked for and judged (thinking_line)
+    noise_line: str = ""                # the launch noise the comparisons counted, and the drift (noise_line)
+    baseline_figure: str = ""           # the baseline's figure over its launches, when they were pooled
 
     def summary_lines(self) -> list[str]:
         """The recommendation, its cautions and the fallbacks: every output prints these lines."""
@@ -112,6 +117,8 @@ class Decision:
             lines.append(f"Fallback {i}: {f.sentence}")
         if self.thinking:
             lines.append(self.thinking)
+        if self.noise_line:
+            lines.append(self.noise_line)
         return lines
 
     def to_json(self) -> dict:
@@ -126,35 +133,86 @@ class Decision:
 
 
 def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None,
-           baseline_again: dict | None = None) -> tuple[Decision, list[TrialRecord]]:
+           baseline_runs: list[dict] | None = None) -> tuple[Decision, list[TrialRecord]]:
     """The decision over this spec's trials, and the trials with their final verdicts.
 
-    ``baseline_again``: the baseline's metrics from a second measurement at the end of the sweep
-    (``measure.remeasure``), when there is one: the drift between the two is reported."""
+    ``baseline_runs``: the baseline's metrics from its later launches in the sweep
+    (``measure.remeasure``), oldest first. With ``bench.launch_noise = "auto"`` and at least
+    three launches in all, every comparison is made against the baseline's mean over its
+    launches, with the launch noise they show (``stats.ratio_vs_launches``); otherwise against
+    its first launch with the configured launch noise. The last run against the first is the
+    drift reported."""
     base = next((t for t in trials if t.is_baseline), None)
     base_ok = base is not None and judged(base) in CORRECT
     base_obj = objective_of(base) if base_ok else None
     bench = spec.get("bench") or {}
     slow_fraction = bench.get("slow_fraction") or 0.8
+    runs = [r for r in baseline_runs or [] if r and not r.get("failed")]
     d = Decision(baseline_ok=base_ok, stop_reason=stop_reason, thinking=thinking_line(spec, trials))
-    _drift(d, base_obj, baseline_again)
-    # launch-to-launch noise: the configured floor, or what the baseline's own drift shows
-    between = max(bench.get("launch_noise", LAUNCH_NOISE), (d.drift or {}).get("between", 0.0))
+    _drift(d, base_obj, runs[-1] if runs else None)
+    configured = bench.get("launch_noise", "auto")
+    noise, n_base = None, 0
+    if base_obj and configured == "auto":
+        launches = [base_obj.samples, *(o.samples for r in runs if (o := objective_of(_Metrics(r))) and o.name == base_obj.name)]
+        noise, n_base = launch_noise(launches), sum(map(len, launches))
+    # without a measured launch noise: the configured figure (or the default's), or the drift when larger
+    between = max(configured if isinstance(configured, (int, float)) else LAUNCH_NOISE, (d.drift or {}).get("between", 0.0))
     if base_obj:
         d.objective = base_obj.name
-        d.noise = relative_half_width(base_obj.samples)
-        if len(base_obj.samples) > 1:  # "beyond the noise": what a tie could hide here, launch noise included
-            r0 = ratio_interval(base_obj.samples, base_obj.samples, between=between)
-            d.noise = max(d.noise or 0.0, (r0.hi - r0.lo) / 2) if r0 and r0.lo is not None else d.noise
+        d.noise, d.launch_noise = _noise(base_obj, noise, between, configured)
+    if noise is not None:  # the figure every ratio is against: the geometric mean over the launches
+        mid, lo, hi = noise.figure()
+        d.baseline_figure = f"{_num(mid)} {base_obj.name} (95 % CI {_num(lo)}–{_num(hi)}, {noise.launches} launches, {n_base} runs)"
     final = []
     for t in trials:
-        rec, info = _final(t, base, base_obj, base_ok, slow_fraction, between)
+        rec, info = _final(t, base, base_obj, base_ok, slow_fraction, between, noise, n_base)
         d.verdicts[t.key] = info
         final.append(rec)
     _recommend(d, final, base, base_obj)
+    if any(t.metrics.get("vs_baseline") for t in final if t.changed):
+        d.noise_line = noise_line(d)
     if d.drift and d.drift["call"] != "tie":
         d.cautions.append(d.drift["caution"])
+    for r in baseline_runs or []:
+        if r and r.get("failed"):
+            d.cautions.append(f"FLAKY BASELINE: launched again (launch {r.get('launch', '?')} of the sweep) it failed: "
+                              f"{r['failed']}; a configuration that passes once and fails on a relaunch is not known-good.")
     return d, final
+
+
+def _noise(base_obj: Objective, noise: LaunchNoise | None, between: float, configured) -> tuple[float | None, dict]:
+    """What a tie could hide here (the half-width of the baseline against itself, as a fraction)
+    and where the launch noise came from."""
+    if noise is not None:
+        half = noise.tie_half_width()
+        return (math.exp(half) - math.exp(-half)) / 2, {
+            **noise.to_json(), "source": "measured",
+            "describe": f"launch noise {noise.sd * 100:.1f} % measured from the baseline's {noise.launches} launches"}
+    out = relative_half_width(base_obj.samples)
+    if len(base_obj.samples) > 1:
+        r0 = ratio_interval(base_obj.samples, base_obj.samples, between=between)
+        out = max(out or 0.0, (r0.hi - r0.lo) / 2) if r0 and r0.lo is not None else out
+    floor = configured if isinstance(configured, (int, float)) else LAUNCH_NOISE
+    source = "drift" if between > floor else "configured" if isinstance(configured, (int, float)) else "default"
+    why = {"configured": "bench.launch_noise",
+           "default": f"the default: fewer than {MIN_LAUNCHES} launches of the baseline measured it",
+           "drift": f"the baseline's drift between its first and last launches, above the {floor * 100:.0f} % otherwise used"}[source]
+    return out, {"sd": between, "source": source, "why": why, "describe": f"launch noise {between * 100:.0f} % ({why})"}
+
+
+def noise_line(d: Decision) -> str:
+    """One sentence on the uncertainty every ratio carries: the launch noise and where it came
+    from, and the drift when the baseline was launched again."""
+    ln = d.launch_noise or {}
+    if ln.get("source") == "measured":
+        line = (f"Launch noise: {ln['sd'] * 100:.1f} %, measured from the baseline's {ln['launches']} launches (a launch's "
+                f"mean moved {ln['var_launch'] ** 0.5 * 100:.1f} %, of which its repetitions explain {ln['within'] ** 0.5 * 100:.1f} %); "
+                "every ratio is against the baseline's mean over them")
+    else:
+        line = f"Launch noise: {ln.get('sd', 0) * 100:.0f} % ({ln.get('why', 'none')}), added to every comparison"
+    if d.drift:
+        line += f"; the baseline's last launch was {d.drift['describe']} its first"
+    return line + "."
 
 
 def thinking_line(spec: dict, trials: list[TrialRecord]) -> str:
@@ -193,8 +251,6 @@ def _drift(d: Decision, base_obj: Objective | None, again: dict | None) -> None:
     r = ratio_interval(later.samples, base_obj.samples, higher_is_better=base_obj.higher_is_better)
     if r is None:
         return
-    import math
-
     d.drift = {**r.to_json(), "describe": r.describe(), "between": abs(math.log(r.ratio)) / math.sqrt(2)}
     if r.call != "tie":
         d.drift["caution"] = (f"DRIFT: the baseline measured again at the end of the sweep is {r.describe()} its first "
@@ -211,7 +267,8 @@ class _Metrics:
 
 
 def _final(t: TrialRecord, base: TrialRecord | None, base_obj: Objective | None, base_ok: bool,
-           slow_fraction: float, between: float = 0.0) -> tuple[TrialRecord, dict]:
+           slow_fraction: float, between: float = 0.0, noise: LaunchNoise | None = None,
+           n_base: int = 0) -> tuple[TrialRecord, dict]:
     verdict, detail = judged(t), t.metrics.get("judged_detail", t.detail)
     metrics = {k: v for k, v in t.metrics.items() if k not in ("vs_baseline", "unverified", "ratio_vs_baseline")}
     if not t.is_finished():
@@ -225,8 +282,12 @@ def _final(t: TrialRecord, base: TrialRecord | None, base_obj: Objective | None,
                                "so nothing known-good was there to compare with")
             detail = f"{info['caution']}; {detail or ''}".rstrip("; ")
         obj = objective_of(t)
-        r = (ratio_interval(obj.samples, base_obj.samples, higher_is_better=obj.higher_is_better, between=between)
-             if obj and base_obj else None)
+        if not (obj and base_obj):
+            r = None
+        elif noise is not None:
+            r = ratio_vs_launches(obj.samples, noise, n_base=n_base, higher_is_better=obj.higher_is_better)
+        else:
+            r = ratio_interval(obj.samples, base_obj.samples, higher_is_better=obj.higher_is_better, between=between)
         if r is not None:
             metrics["vs_baseline"] = r.to_json()
             metrics["ratio_vs_baseline"] = round(r.ratio, 3)
@@ -251,7 +312,7 @@ def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None,
 
     def ratio(t: TrialRecord) -> Ratio | None:
         v = t.metrics.get("vs_baseline")
-        return Ratio(**{k: v[k] for k in ("ratio", "lo", "hi", "n_trial", "n_base", "higher_is_better")}) if v else None
+        return Ratio.from_json(v) if v else None
 
     def rank_key(t: TrialRecord):
         o = objective_of(t)
@@ -270,21 +331,22 @@ def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None,
                       f"faster beyond the noise{_energy(win, base)}.")
     else:
         win = base
-        noise = f" (±{d.noise * 100:.0f} % here)" if d.noise is not None else ""
+        ln = f"; {d.launch_noise['describe']}" if d.launch_noise else ""
+        noise = f" (±{d.noise * 100:.0f} % here{ln})" if d.noise is not None else ""
         tied = [t for t in ranked if t.changed and (r := ratio(t)) is not None and r.call == "tie"]
         if not any(t.changed for t in ranked):
             d.headline = ("Recommended: the baseline — no other configuration passed correctness "
                           f"(figure: {_where(d.objective, base, None)}){_energy(base, None)}.")
         else:
-            d.headline = (f"Recommended: the baseline — {_value(base, interval=True)}; no configuration is faster than the baseline beyond the noise{noise}"
+            d.headline = (f"Recommended: the baseline — {d.baseline_figure or _value(base, interval=True)}; no configuration is faster than the baseline beyond the noise{noise}"
                           + (f"; {len(tied)} tied with it" if tied else "") + f" (ranked by {_where(d.objective, base, None)})"
                           + f"{_energy(base, None)}.")
         if all((r := ratio(t)) is None or r.lo is None for t in ranked if t.changed) and any(t.changed for t in ranked):
             d.cautions.append("the speed figures have no interval (fewer than two repetitions): set bench.repetitions "
                               "to 2 or more before calling any configuration faster")
     d.objective = d.objective or (objective_of(win).name if objective_of(win) else "")
-    d.winner = _pick(win)
-    d.fallbacks = [_pick(t) for t in ranked if t.key != win.key]
+    d.winner = _pick(win, d.baseline_figure)
+    d.fallbacks = [_pick(t, d.baseline_figure) for t in ranked if t.key != win.key]
 
 
 def _no_known_good(base: TrialRecord | None) -> str:
@@ -330,11 +392,13 @@ def _where(name: str, t: TrialRecord | None, base: TrialRecord | None) -> str:
     return f"{name} ({o.where}" + (f" vs the baseline's {b.where})" if b is not None and b is not o and base is not t else ")")
 
 
-def _pick(t: TrialRecord) -> Pick:
+def _pick(t: TrialRecord, baseline_figure: str = "") -> Pick:
+    """``baseline_figure``: the baseline's figure over its launches, when ratios are against it."""
     vs = t.metrics.get("vs_baseline")
-    rel = "" if not t.changed else (f", {Ratio(**{k: vs[k] for k in ('ratio', 'lo', 'hi', 'n_trial', 'n_base', 'higher_is_better')}).describe()} the baseline"
+    rel = "" if not t.changed else (f", {Ratio.from_json(vs).describe()} the baseline"
                                     if vs else "")
-    sentence = f"{label(t)} — {_value(t)}{rel}{_energy(t, None)} ({t.verdict}): {command_line(t)}"
+    figure = baseline_figure if t.is_baseline and baseline_figure else _value(t)
+    sentence = f"{label(t)} — {figure}{rel}{_energy(t, None)} ({t.verdict}): {command_line(t)}"
     o = objective_of(t)
     return Pick(t.key, t.idx, label(t), command_line(t), t.verdict, o.value if o else None, vs, sentence)
 
@@ -344,7 +408,7 @@ def save(store: Store) -> Decision:
     """Decide over the store's current trials; write final verdicts and the decision back."""
     sweep = store.sweep() or {"spec": {}}
     trials = store.current()
-    d, final = decide(sweep["spec"], trials, store.meta("stop_reason"), store.meta("baseline_again"))
+    d, final = decide(sweep["spec"], trials, store.meta("stop_reason"), baseline_runs(store))
     for old, new in zip(trials, final):
         if new != old:
             store.save(new)
@@ -356,4 +420,39 @@ def load(store: Store) -> Decision:
     """The stored decision (made by ``save``); an older store without one is decided now."""
     data = store.meta("decision")
     return Decision.from_json(data) if data else decide((store.sweep() or {}).get("spec") or {}, store.current(),
-                                                        baseline_again=store.meta("baseline_again"))[0]
+                                                        baseline_runs=baseline_runs(store))[0]
+
+
+def baseline_launches_wanted(spec: dict, trials: list[TrialRecord]) -> int:
+    """How many launches of the baseline this sweep wants in all, from what is finished so far.
+
+    One when no other configuration was benchmarked. With ``bench.launch_noise = "auto"``,
+    ``bench.baseline_launches`` as soon as a speed claim hangs on the launch noise: some correct
+    configuration whose repetitions alone set it apart from the baseline (its interval without
+    launch noise excludes 1) — a claim that a second launch of the same configuration might not
+    repeat. Otherwise two (the drift guard) once ``bench.remeasure_after`` configurations were
+    benchmarked, else one: extra launches that could change no verdict are not made."""
+    bench = spec.get("bench") or {}
+    base = next((t for t in trials if t.is_baseline), None)
+    base_obj = objective_of(base) if base is not None and judged(base) in CORRECT else None
+    done = [t for t in trials if t.changed and t.is_finished() and judged(t) in CORRECT and objective_of(t)]
+    if base_obj is None or not done:
+        return 1
+    if bench.get("launch_noise", "auto") == "auto":
+        for t in done:
+            o = objective_of(t)
+            r = ratio_interval(o.samples, base_obj.samples, higher_is_better=o.higher_is_better)
+            if r is not None and r.call != "tie":
+                return max(1, bench.get("baseline_launches", 4))
+    after = bench.get("remeasure_after", 3)
+    return 2 if after and len(done) >= after else 1
+
+
+def baseline_runs(store: Store) -> list[dict]:
+    """The baseline's later launches for this spec (``measure.remeasure``), oldest first: the
+    meta ``baseline_runs`` of the store's current identity (an edited spec's runs are not its
+    own), or an older store's single ``baseline_again``."""
+    identity = store.meta("identity")
+    runs = [r for r in store.meta("baseline_runs") or [] if r.get("identity", identity) == identity]
+    legacy = store.meta("baseline_again")
+    return runs or ([legacy] if legacy else [])

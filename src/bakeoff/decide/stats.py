@@ -30,6 +30,7 @@ class Ratio:
     n_trial: int
     n_base: int
     higher_is_better: bool = True
+    base_launches: int = 1  # the baseline's launches the comparison pooled (ratio_vs_launches)
 
     @property
     def call(self) -> str:
@@ -46,8 +47,14 @@ class Ratio:
         """'1.12x (95 % CI 1.06–1.18, 5 vs 5 runs)'."""
         if self.lo is None:
             return f"{self.ratio:.2f}x (no interval: {min(self.n_trial, self.n_base)} run(s))"
+        launches = f" in {self.base_launches} launches" if self.base_launches > 1 else ""
         return (f"{self.ratio:.2f}x (95 % CI {self.lo:.2f}–{self.hi:.2f}, "
-                f"{self.n_trial} vs {self.n_base} runs)")
+                f"{self.n_trial} vs {self.n_base} runs{launches})")
+
+    @classmethod
+    def from_json(cls, v: dict) -> "Ratio":
+        return cls(**{k: v[k] for k in ("ratio", "lo", "hi", "n_trial", "n_base", "higher_is_better")},
+                   base_launches=v.get("base_launches", 1))
 
     def to_json(self) -> dict:
         return {**asdict(self), "call": self.call}
@@ -83,6 +90,86 @@ def ratio_interval(trial: list[float], base: list[float], *, higher_is_better: b
     res = stats.ttest_ind(lt, lb, equal_var=False)
     ci = res.confidence_interval(confidence_level=confidence)
     return Ratio(ratio, math.exp(ci.low), math.exp(ci.high), len(t), len(b), higher_is_better)
+
+
+@dataclass(frozen=True)
+class LaunchNoise:
+    """What the baseline's own launches say about launch-to-launch noise (all on logs).
+
+    ``var_launch``: the sample variance of its launches' mean logs (``launches - 1`` degrees of
+    freedom): one launch's mean moves by this much, repetition noise included. ``within``: the
+    part of it the repetitions explain (mean s²/n over launches). ``sd``: the launch noise left,
+    √max(var_launch − within, 0)."""
+
+    launches: int
+    mean_log: float
+    var_launch: float
+    within: float
+
+    @property
+    def sd(self) -> float:
+        return math.sqrt(max(self.var_launch - self.within, 0.0))
+
+    @property
+    def df(self) -> int:
+        return self.launches - 1
+
+    @property
+    def pooled_var(self) -> float:
+        """The variance of the mean over the launches (never below what the repetitions leave)."""
+        return max(self.var_launch, self.within) / self.launches
+
+    def figure(self, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+        """The geometric mean over the launches and its interval (t, launches − 1 degrees of freedom)."""
+        half = stats.t.ppf(0.5 + confidence / 2, self.df) * math.sqrt(self.pooled_var)
+        return math.exp(self.mean_log), math.exp(self.mean_log - half), math.exp(self.mean_log + half)
+
+    def tie_half_width(self, confidence: float = CONFIDENCE) -> float:
+        """The half-width (log) of a trial's ratio when it repeats like the baseline's launches:
+        what a tie could hide here (ratio_vs_launches with s_t²/n_t = within)."""
+        se = math.sqrt(self.sd ** 2 + self.within + self.pooled_var)
+        return stats.t.ppf(0.5 + confidence / 2, self.df) * se
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "sd": self.sd, "df": self.df}
+
+
+MIN_LAUNCHES = 3  # fewer baseline launches leave one degree of freedom: an interval too wide to say anything
+
+
+def launch_noise(launches: list[list[float]]) -> LaunchNoise | None:
+    """The launch noise of one configuration launched several times (each a list of repetition
+    values); None with fewer than ``MIN_LAUNCHES`` launches that measured something."""
+    logs = [[math.log(x) for x in xs if x and x > 0 and math.isfinite(x)] for xs in launches]
+    logs = [ls for ls in logs if ls]
+    if len(logs) < MIN_LAUNCHES:
+        return None
+    means = [_mean(ls) for ls in logs]
+    within = [statistics.variance(ls) / len(ls) for ls in logs if len(ls) > 1]
+    return LaunchNoise(len(logs), _mean(means), statistics.variance(means), _mean(within) if within else 0.0)
+
+
+def ratio_vs_launches(trial: list[float], noise: LaunchNoise, *, n_base: int, higher_is_better: bool = True,
+                      confidence: float = CONFIDENCE) -> Ratio | None:
+    """The ratio of ``trial`` (one launch, its repetitions) to the baseline's mean over its
+    launches, with an interval that counts the launch noise as the baseline's launches measured it.
+
+    The trial's mean log differs from the baseline's pooled mean by its own launch's noise
+    (σ_L², estimated), its repetitions' (s_t²/n_t) and the pooled mean's (var_launch/R, at
+    least within/R): se² = σ̂_L² + s_t²/n_t + var_launch/R. The interval takes Student's t with R − 1 degrees of
+    freedom — those of the launch-noise estimate, the scarcest part; a conservative choice (the
+    A/A simulation and runs in bench/README.md)."""
+    t = [math.log(x) for x in trial if x and x > 0 and math.isfinite(x)]
+    if not t:
+        return None
+    d = _mean(t) - noise.mean_log
+    ratio = math.exp(d)
+    vt = statistics.variance(t) / len(t) if len(t) > 1 else noise.var_launch  # one run: a launch's whole spread
+    se2 = noise.sd ** 2 + vt + noise.pooled_var
+    if se2 == 0:
+        return Ratio(ratio, ratio, ratio, len(t), n_base, higher_is_better, noise.launches)
+    half = stats.t.ppf(0.5 + confidence / 2, noise.df) * math.sqrt(se2)
+    return Ratio(ratio, math.exp(d - half), math.exp(d + half), len(t), n_base, higher_is_better, noise.launches)
 
 
 def mean_interval(xs: list[float], confidence: float = CONFIDENCE) -> tuple[float, float | None, float | None]:

@@ -32,19 +32,24 @@ def run(base_url: str, cfg: Bench, **kw) -> list[LevelStats]:
     return _run_loop(run_async(base_url, cfg, **kw))
 
 
+BASELINE_RUN_IDX = 9000  # the baseline's n-th launch logs to logs/<9000 + n>-<key>.log (trials count from 0)
+
+
 def remeasure(spec, store, host, sweep_dir, model_path: str, *, progress=None, should_stop=lambda: False,
               on_runner=lambda runner: None) -> dict | None:
-    """The drift guard: launch the baseline once more at the end of a sweep and benchmark it as
-    before; its metrics go to the store's meta ``baseline_again``, where ``decide`` compares them
-    with the baseline's first measurement (``Decision.drift``, a caution when beyond the noise).
+    """Launch the baseline once more and benchmark it as before; its metrics are appended to the
+    store's meta ``baseline_runs`` (tagged with the spec's identity), where ``decide`` pools the
+    baseline's launches (the launch noise they show) and compares the last with the first (drift).
 
     Runs only when the baseline passed and some other configuration was launched after it.
     The re-run is not a trial: nothing in the trial table changes; its server log is
-    ``logs/<next idx>-<baseline key>.log``. ``on_runner`` is handed the runner before its launch,
-    so that a Ctrl-C can stop it as it stops a trial (``TrialRunner.abort_current``). Returns the
-    stored metrics, or None (also when stopped: a cut re-run says nothing about drift)."""
+    ``logs/<9000 + launch number>-<baseline key>.log``. ``on_runner`` is handed the runner
+    before its launch, so that a Ctrl-C can stop it as it stops a trial
+    (``TrialRunner.abort_current``). Returns the stored metrics, or None (also when stopped: a
+    cut re-run says nothing about the noise)."""
     import time
 
+    from bakeoff.decide import baseline_runs
     from bakeoff.plan import Planned
     from bakeoff.run.executors.base import Recorder, runner_for
 
@@ -56,15 +61,20 @@ def remeasure(spec, store, host, sweep_dir, model_path: str, *, progress=None, s
         return None
     if should_stop():
         return None
+    runs = baseline_runs(store)
     rec = Recorder()
     runner = runner_for(spec, host, rec, sweep_dir, model_path, progress=progress, should_stop=should_stop)
     on_runner(runner)
-    again = runner.run(base.with_(state="pending", verdict=None, metrics={}, attempts=0), Planned(store.next_idx(), base.config, ()), None)
+    launch = len(runs) + 2
+    again = runner.run(base.with_(state="pending", verdict=None, metrics={}, attempts=0),
+                       Planned(BASELINE_RUN_IDX + launch, base.config, ()), None)
     if should_stop():
         return None
+    meta = {"identity": store.meta("identity"), "launch": launch, "finished": time.time(),
+            "after": sum(1 for t in trials if t.changed and t.metrics.get("levels"))}
     if again.verdict != "ok":
-        out = {"failed": f"{again.verdict}: {again.detail}", "finished": time.time()}
+        out = {**meta, "failed": f"{again.verdict}: {again.detail}"}
     else:
-        out = {**{k: v for k, v in again.metrics.items() if k != "probe"}, "finished": time.time()}
-    store.set_meta("baseline_again", out)
+        out = {**{k: v for k, v in again.metrics.items() if k != "probe"}, **meta}
+    store.set_meta("baseline_runs", [*(store.meta("baseline_runs") or []), out])
     return out

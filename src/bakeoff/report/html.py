@@ -362,6 +362,8 @@ def recommendation(d: decide.Decision) -> str:
         out.append(f"<p>Objective: {e(d.objective)}.</p>")
     if d.thinking:
         out.append(f'<p id="thinking">{e(d.thinking)}</p>')
+    if d.noise_line:
+        out.append(f'<p id="noise">{e(d.noise_line)}</p>')
     out += [f'<p class="caution"><b>Caution:</b> {e(c)}</p>' for c in d.cautions]
     if d.winner:
         out.append(_command("cmd-0", d.winner.command))

@@ -133,6 +133,8 @@ def _recommendation(d: decide.Decision) -> list[str]:
         lines += ["", f"Objective: {d.objective}."]
     if d.thinking:
         lines += ["", d.thinking]
+    if d.noise_line:
+        lines += ["", d.noise_line]
     for c in d.cautions:
         lines += ["", f"**Caution:** {c}"]
     if d.winner:
