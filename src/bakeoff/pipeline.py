@@ -239,7 +239,6 @@ class Sweep:
     stopped: Callable[[], bool]
     started: float = 0.0
     gave_up: dict[str, dict] = field(default_factory=dict)  # key -> config: the host failed under it this run
-    benchmarked: int = 0  # changed configurations benchmarked in this run
     relaunch: Callable[[], dict | None] = lambda: None  # one more launch of the baseline (measure.remeasure)
 
     def current(self) -> list[TrialRecord]:
@@ -280,8 +279,6 @@ def _loop(sw: Sweep) -> str:
             host_failures = host_failures + 1 if rec.verdict == "infra_error" else 0
             if rec.verdict == "infra_error":  # retried by the next `bakeoff run`, not by this one
                 sw.gave_up[rec.key] = rec.config
-            if rec.changed and rec.metrics.get("levels"):
-                sw.benchmarked += 1
             sw.store.save(rec)
             sw.gate.learn(rec)
             decide.save(sw.store)
@@ -302,20 +299,21 @@ def _relaunch_baseline(sw: Sweep, at_end: bool) -> None:
     like the trials they are compared with. The last one is always left for the end (the drift)."""
     trials = sw.current()
     wanted = decide.baseline_launches_wanted(sw.spec.model_dump(mode="json"), trials)
-    have = 1 + len(decide.baseline_runs(sw.store))
+    why = ("the launch noise: a speed claim depends on it, bench.baseline_launches" if wanted > 2
+           else "drift guard, bench.remeasure_after")
+    start = have = 1 + len(decide.baseline_runs(sw.store))
+    upto = wanted
     if not at_end:
         done = sum(1 for t in trials if t.changed and t.is_finished() and t.metrics.get("levels"))
         known = sum(1 for t in trials if t.changed and t.verdict != "skipped")
         if wanted <= 2 or not known:
             return
-        wanted = min(wanted - 1, 1 + (wanted - 1) * done // (known + 1))
-    while have < wanted and not sw.stopped():
-        why = ("the launch noise: a speed claim depends on it, bench.baseline_launches" if wanted > 2
-               else "drift guard, bench.remeasure_after")
+        upto = min(wanted - 1, 1 + (wanted - 1) * done // (known + 1))
+    while have < upto and not sw.stopped():
         sw.events.note(f"launching the baseline again ({have + 1} of {wanted}: {why})")
         sw.relaunch()
         have += 1
-    if at_end or have > 1:
+    if have > start:
         decide.save(sw.store)
 
 

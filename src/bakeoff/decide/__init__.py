@@ -156,10 +156,11 @@ def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None
         launches = [base_obj.samples, *(o.samples for r in runs if (o := objective_of(_Metrics(r))) and o.name == base_obj.name)]
         noise, n_base = launch_noise(launches), sum(map(len, launches))
     # without a measured launch noise: the configured figure (or the default's), or the drift when larger
-    between = max(configured if isinstance(configured, (int, float)) else LAUNCH_NOISE, (d.drift or {}).get("between", 0.0))
+    floor = LAUNCH_NOISE if configured == "auto" else configured
+    between = max(floor, (d.drift or {}).get("between", 0.0))
     if base_obj:
         d.objective = base_obj.name
-        d.noise, d.launch_noise = _noise(base_obj, noise, between, configured)
+        d.noise, d.launch_noise = _noise(base_obj, noise, between, floor, configured == "auto")
     if noise is not None:  # the figure every ratio is against: the geometric mean over the launches
         mid, lo, hi = noise.figure()
         d.baseline_figure = f"{_num(mid)} {base_obj.name} (95 % CI {_num(lo)}–{_num(hi)}, {noise.launches} launches, {n_base} runs)"
@@ -180,7 +181,8 @@ def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None
     return d, final
 
 
-def _noise(base_obj: Objective, noise: LaunchNoise | None, between: float, configured) -> tuple[float | None, dict]:
+def _noise(base_obj: Objective, noise: LaunchNoise | None, between: float, floor: float,
+           auto: bool) -> tuple[float | None, dict]:
     """What a tie could hide here (the half-width of the baseline against itself, as a fraction)
     and where the launch noise came from."""
     if noise is not None:
@@ -192,8 +194,7 @@ def _noise(base_obj: Objective, noise: LaunchNoise | None, between: float, confi
     if len(base_obj.samples) > 1:
         r0 = ratio_interval(base_obj.samples, base_obj.samples, between=between)
         out = max(out or 0.0, (r0.hi - r0.lo) / 2) if r0 and r0.lo is not None else out
-    floor = configured if isinstance(configured, (int, float)) else LAUNCH_NOISE
-    source = "drift" if between > floor else "configured" if isinstance(configured, (int, float)) else "default"
+    source = "drift" if between > floor else "default" if auto else "configured"
     why = {"configured": "bench.launch_noise",
            "default": f"the default: fewer than {MIN_LAUNCHES} launches of the baseline measured it",
            "drift": f"the baseline's drift between its first and last launches, above the {floor * 100:.0f} % otherwise used"}[source]

@@ -69,14 +69,12 @@ def ratio_interval(trial: list[float], base: list[float], *, higher_is_better: b
     they are measured minutes apart from the other trial's (a shared machine's load moves in
     between). It is added to each side's variance as a known term: se² = s_t²/n_t + s_b²/n_b
     + 2·between², with Satterthwaite's degrees of freedom (the known term counting as exact). bench/aa_test.py measures it; ``bench.launch_noise`` sets it."""
-    t = [x for x in trial if x and x > 0 and math.isfinite(x)]
-    b = [x for x in base if x and x > 0 and math.isfinite(x)]
-    if not t or not b:
+    lt, lb = _logs(trial), _logs(base)
+    if not lt or not lb:
         return None
-    lt, lb = [math.log(x) for x in t], [math.log(x) for x in b]
     ratio = math.exp(_mean(lt) - _mean(lb))
-    if len(t) < 2 or len(b) < 2:
-        return Ratio(ratio, None, None, len(t), len(b), higher_is_better)
+    if len(lt) < 2 or len(lb) < 2:
+        return Ratio(ratio, None, None, len(lt), len(lb), higher_is_better)
     if between > 0:
         vt, vb = statistics.variance(lt) / len(lt), statistics.variance(lb) / len(lb)
         se2 = vt + vb + 2 * between ** 2
@@ -84,12 +82,12 @@ def ratio_interval(trial: list[float], base: list[float], *, higher_is_better: b
         df = se2 ** 2 / sampled_df if sampled_df > 0 else math.inf  # the known term counts as infinitely many
         half = (stats.t.ppf(0.5 + confidence / 2, df) if math.isfinite(df) else stats.norm.ppf(0.5 + confidence / 2)) * math.sqrt(se2)
         d = _mean(lt) - _mean(lb)
-        return Ratio(ratio, math.exp(d - half), math.exp(d + half), len(t), len(b), higher_is_better)
+        return Ratio(ratio, math.exp(d - half), math.exp(d + half), len(lt), len(lb), higher_is_better)
     if _spread(lt) == 0 and _spread(lb) == 0:  # identical repetitions: the interval is the point
-        return Ratio(ratio, ratio, ratio, len(t), len(b), higher_is_better)
+        return Ratio(ratio, ratio, ratio, len(lt), len(lb), higher_is_better)
     res = stats.ttest_ind(lt, lb, equal_var=False)
     ci = res.confidence_interval(confidence_level=confidence)
-    return Ratio(ratio, math.exp(ci.low), math.exp(ci.high), len(t), len(b), higher_is_better)
+    return Ratio(ratio, math.exp(ci.low), math.exp(ci.high), len(lt), len(lb), higher_is_better)
 
 
 @dataclass(frozen=True)
@@ -121,14 +119,20 @@ class LaunchNoise:
 
     def figure(self, confidence: float = CONFIDENCE) -> tuple[float, float, float]:
         """The geometric mean over the launches and its interval (t, launches − 1 degrees of freedom)."""
-        half = stats.t.ppf(0.5 + confidence / 2, self.df) * math.sqrt(self.pooled_var)
+        half = self._t(confidence) * math.sqrt(self.pooled_var)
         return math.exp(self.mean_log), math.exp(self.mean_log - half), math.exp(self.mean_log + half)
 
+    def half_width(self, trial_var: float, confidence: float = CONFIDENCE) -> float:
+        """The half-width (log) of a one-launch trial's ratio to the mean over the launches, the
+        trial's repetitions leaving ``trial_var`` (s_t²/n_t): se² = σ̂_L² + s_t²/n_t + pooled_var."""
+        return self._t(confidence) * math.sqrt(self.sd ** 2 + trial_var + self.pooled_var)
+
     def tie_half_width(self, confidence: float = CONFIDENCE) -> float:
-        """The half-width (log) of a trial's ratio when it repeats like the baseline's launches:
-        what a tie could hide here (ratio_vs_launches with s_t²/n_t = within)."""
-        se = math.sqrt(self.sd ** 2 + self.within + self.pooled_var)
-        return stats.t.ppf(0.5 + confidence / 2, self.df) * se
+        """What a tie could hide here: the half-width for a trial that repeats like the baseline's launches."""
+        return self.half_width(self.within, confidence)
+
+    def _t(self, confidence: float) -> float:
+        return stats.t.ppf(0.5 + confidence / 2, self.df)
 
     def to_json(self) -> dict:
         return {**asdict(self), "sd": self.sd, "df": self.df}
@@ -140,8 +144,7 @@ MIN_LAUNCHES = 3  # fewer baseline launches leave one degree of freedom: an inte
 def launch_noise(launches: list[list[float]]) -> LaunchNoise | None:
     """The launch noise of one configuration launched several times (each a list of repetition
     values); None with fewer than ``MIN_LAUNCHES`` launches that measured something."""
-    logs = [[math.log(x) for x in xs if x and x > 0 and math.isfinite(x)] for xs in launches]
-    logs = [ls for ls in logs if ls]
+    logs = [ls for ls in map(_logs, launches) if ls]
     if len(logs) < MIN_LAUNCHES:
         return None
     means = [_mean(ls) for ls in logs]
@@ -159,16 +162,13 @@ def ratio_vs_launches(trial: list[float], noise: LaunchNoise, *, n_base: int, hi
     least within/R): se² = σ̂_L² + s_t²/n_t + var_launch/R. The interval takes Student's t with R − 1 degrees of
     freedom — those of the launch-noise estimate, the scarcest part; a conservative choice (the
     A/A simulation and runs in bench/README.md)."""
-    t = [math.log(x) for x in trial if x and x > 0 and math.isfinite(x)]
+    t = _logs(trial)
     if not t:
         return None
     d = _mean(t) - noise.mean_log
-    ratio = math.exp(d)
     vt = statistics.variance(t) / len(t) if len(t) > 1 else noise.var_launch  # one run: a launch's whole spread
-    se2 = noise.sd ** 2 + vt + noise.pooled_var
-    if se2 == 0:
-        return Ratio(ratio, ratio, ratio, len(t), n_base, higher_is_better, noise.launches)
-    half = stats.t.ppf(0.5 + confidence / 2, noise.df) * math.sqrt(se2)
+    half = noise.half_width(vt, confidence)  # 0 when nothing varied: the interval is the point
+    ratio = math.exp(d)
     return Ratio(ratio, math.exp(d - half), math.exp(d + half), len(t), n_base, higher_is_better, noise.launches)
 
 
@@ -193,6 +193,11 @@ def relative_half_width(xs: list[float], confidence: float = CONFIDENCE) -> floa
     if lo is None or not m:
         return None
     return (hi - lo) / 2 / abs(m)
+
+
+def _logs(xs: list[float]) -> list[float]:
+    """The logs of the positive, finite values (a failed repetition's 0 or None is no sample)."""
+    return [math.log(x) for x in xs if x and x > 0 and math.isfinite(x)]
 
 
 def _mean(xs: list[float]) -> float:

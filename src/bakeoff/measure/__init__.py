@@ -70,8 +70,7 @@ def remeasure(spec, store, host, sweep_dir, model_path: str, *, progress=None, s
                        Planned(BASELINE_RUN_IDX + launch, base.config, ()), None)
     if should_stop():
         return None
-    meta = {"identity": store.meta("identity"), "launch": launch, "finished": time.time(),
-            "after": sum(1 for t in trials if t.changed and t.metrics.get("levels"))}
+    meta = {"identity": store.meta("identity"), "launch": launch, "finished": time.time()}
     if again.verdict != "ok":
         out = {**meta, "failed": f"{again.verdict}: {again.detail}"}
     else:
