@@ -322,9 +322,11 @@ def test_a_warning_about_a_fallback_is_not_a_failure(line):
 
 
 def test_a_model_architecture_is_not_a_gpu_architecture():
-    for line in ("ValueError: Model architectures ['FooForCausalLM'] are not supported for now.",
-                 "ValueError: Unsupported architectures: ChatGLMForConditionalGeneration. Supported list: [...]"):
-        assert classify(line + "\n").cause == "unknown", line
+    # a model type the engine version does not know is a model that cannot be loaded, never a GPU refusal
+    line = "ValueError: Model architectures ['FooForCausalLM'] are not supported for now."
+    assert classify(line + "\n").cause == "model_load"
+    line = "ValueError: Unsupported architectures: ChatGLMForConditionalGeneration. Supported list: [...]"
+    assert classify(line + "\n").cause == "unknown", line
 
 
 @pytest.mark.parametrize("line,cause", [

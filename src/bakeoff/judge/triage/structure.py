@@ -69,13 +69,13 @@ def crash_frame(text: str) -> tuple[int, str] | None:
 
 
 def phase(text: str, upto: int, phases: tuple) -> str | None:
-    """The name of the last phase announced in ``text[:upto]``, or None when none was."""
-    best, best_pos = None, -1
-    start = max(0, upto - 4 * _TAIL)
-    for name, rx in phases:
-        if rx is None:
-            continue
-        for m in rx.finditer(text, start, upto):
-            if m.start() > best_pos:
-                best, best_pos = name, m.start()
-    return best
+    """The name of the last phase announced in the ``_TAIL`` characters before ``upto``, or None.
+
+    Read backwards line by line: the nearest announcing line decides, so a long serving log costs
+    one line."""
+    window = text[max(0, upto - _TAIL):upto]
+    for line in reversed(window.split("\n")):
+        for name, rx in phases:
+            if rx is not None and rx.search(line):
+                return name
+    return None
