@@ -160,8 +160,9 @@ def _compile_classes(common: CommonFile) -> dict:
 
 def _rules_of(path: Path, f: CauseFile, classes: dict) -> list[Rule]:
     """The compiled rules of one (merged) cause file; unknown token classes name the file."""
-    base = {k: v for k, v in f.model_dump(include={"explanation", "hint", "hard", "priority", "confidence", "tier"}).items()
-            if v is not None}
+    base = {"hard": False, "priority": 50, "confidence": 0.5}  # what a new cause that says nothing gets
+    base.update({k: v for k, v in f.model_dump(include={"explanation", "hint", "hard", "priority", "confidence", "tier"}).items()
+                 if v is not None})
     out = []
     for raw in f.rule:
         spec = {**base, **{k: v for k, v in raw.model_dump().items() if v is not None}}
