@@ -218,6 +218,10 @@ patterns = ['socket busy on port \\d+']
     ("bad_tier.toml", 'cause = "oom_gpu"\ntier = "top"\n', "bad_tier.toml: tier: "),
     ("bad_toml.toml", 'cause = \n', "bad_toml.toml: not valid TOML"),
     ("bad_cause.toml", 'cause = "Bad Cause"\nexplanation = "x"\nhint = "y"\n', "bad_cause.toml: cause: "),
+    ("bad_union.toml", 'cause = "oom_gpu"\n[[rule]]\nid = "z"\npatterns = ["x"]\nnot_patterns = ["a", "(?i)b"]\n',
+     "bad_union.toml: rule z: the patterns do not compile together"),
+    ("_common.toml", '[classes]\nfoo = ["a", "(?i)b"]\n', "_common.toml: the patterns of a class, filter or phase"),
+    ("_common.toml", 'retry_within = -1\n', "_common.toml: retry_within: "),
 ])
 def test_bad_rule_files_are_one_error_naming_file_and_field(tmp_path, name, text, expect):
     user = _write(tmp_path / "rules", name, text)

@@ -155,6 +155,7 @@ def _norm_engine(engine: str | None) -> str | None:
 
 
 def _compile_classes(common: CommonFile) -> dict:
+    """Token class name -> one compiled regex (the union of the class's patterns)."""
     return {name: _union(pats) for name, pats in common.classes.items()}
 
 
@@ -171,6 +172,10 @@ def _rules_of(path: Path, f: CauseFile, classes: dict) -> list[Rule]:
             spec[key] = tuple(spec.get(key, ()))
         spec["engines"] = tuple(_norm_engine(e) if e != "*" else "*" for e in spec.get("engines", ["*"]))
         rule = Rule(cause=f.cause, **spec)
+        try:
+            _ = rule.regexes, rule.prefixes, rule.not_regex, rule.before_regex  # bad regexes fail at load
+        except re.error as err:
+            raise RulesError(f"{path}: rule {rule.id}: the patterns do not compile together ({err})") from None
         unknown = [c for c in (*rule.near, *rule.unless, *([rule.context] if rule.context else [])) if c not in classes]
         if unknown:
             raise RulesError(f"{path}: rule {rule.id}: unknown token classes {unknown}; known: {sorted(classes)}")
@@ -188,7 +193,13 @@ def _load(rules_dir: str, user_dir: str | None = None) -> _Causes:
         files = merge_causes(files, user_files)
     else:
         files = merge_causes(files, [])
-    classes = _compile_classes(common)
+    try:
+        classes = _compile_classes(common)
+        filters = [_union(common.benign), _union(common.recovered), _union(common.retry)]
+        phases = tuple((name, _union(pats)) for name, pats in common.phases.items())
+    except re.error as err:
+        where = f"{rules_dir}/_common.toml" + (f" or {user_dir}/_common.toml" if user_dir else "")
+        raise RulesError(f"{where}: the patterns of a class, filter or phase do not compile together ({err})") from None
     rules: list[Rule] = []
     info: dict = {}
     for path, f in files:
@@ -201,13 +212,13 @@ def _load(rules_dir: str, user_dir: str | None = None) -> _Causes:
         rules=tuple(rules),
         info=info,
         warning=re.compile(common.warning_line or r"(?!x)x"),
-        benign=_union(common.benign),
-        recovered=_union(common.recovered),
-        retry=_union(common.retry),
+        benign=filters[0],
+        recovered=filters[1],
+        retry=filters[2],
         retry_within=3 if common.retry_within is None else common.retry_within,
         classes=classes,
         gate=tuple(w.lower() for w in common.shape_gate),
-        phases=tuple((name, _union(pats)) for name, pats in common.phases.items()),
+        phases=phases,
     )
 
 
@@ -530,8 +541,7 @@ def _with_line(evidence: list[str], found: tuple[int, str] | None) -> list[str]:
     """``evidence`` with the line ``found`` (line number, text) added in line order, once."""
     if found is None or any(e.startswith(f"L{found[0]}: ") for e in evidence):
         return evidence
-    ordered = sorted([*evidence, f"L{found[0]}: {_clip(found[1])}"], key=lambda e: int(e[1:e.index(":")]))
-    return ordered
+    return sorted([*evidence, f"L{found[0]}: {_clip(found[1])}"], key=lambda e: int(e[1:e.index(":")]))
 
 
 def is_failure_evidence(log_text: str, *, engine: str | None = None, rules_dir: str | Path | None = None) -> bool:
