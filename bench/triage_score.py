@@ -3,7 +3,8 @@
     PYTHONPATH=src python bench/triage_score.py [--sets dev,scored,earlier] [--rules DIR]
 
 Sets: ``dev`` and ``scored`` are the issue-27 corpus (tests/data/triage_corpus/, split by
-``split.py`` before any rule was written; rules are written from ``dev`` only), ``earlier`` is the
+``split.py`` before any rule was written; rules are written from ``dev`` only), ``fresh`` are logs
+collected after the rules were frozen (tests/data/triage_corpus/fresh/), ``earlier`` is the
 older corpus under tests/data/logs/ (all of it development data). A failure log is "right" when
 ``classify`` names its ``# expected:`` cause, "unknown" when it says unknown, "wrong" when it names
 another cause; a log with ``expected: none`` is "right" when ``find_cause`` finds nothing.
@@ -54,7 +55,9 @@ def score(path: Path, rules_dir: str | None = None) -> tuple[str, str, str]:
 def sets() -> dict[str, list[Path]]:
     dev, scored = split()
     earlier = sorted(p for p in EARLIER.glob("*/*.log"))
-    return {"dev": [CORPUS / p for p in dev], "scored": [CORPUS / p for p in scored], "earlier": earlier}
+    fresh = sorted(CORPUS.glob("fresh/*/*.log"))
+    return {"dev": [CORPUS / p for p in dev], "scored": [CORPUS / p for p in scored], "fresh": fresh,
+            "earlier": earlier}
 
 
 def report(name: str, paths: list[Path], rules_dir: str | None) -> str:
@@ -74,7 +77,7 @@ def report(name: str, paths: list[Path], rules_dir: str | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sets", default="dev,scored,earlier", help="comma-separated: dev, scored, earlier")
+    ap.add_argument("--sets", default="dev,scored,fresh,earlier", help="comma-separated: dev, scored, fresh, earlier")
     ap.add_argument("--rules", default=None, help="a user rules directory merged over the shipped rules")
     args = ap.parse_args()
     all_sets = sets()

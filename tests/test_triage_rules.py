@@ -23,6 +23,7 @@ from split import split  # noqa: E402
 
 ENGINE_OF = {"vllm": "vllm", "sglang": "sglang", "llamacpp": "llamacpp", "pytorch": "transformers"}
 DEV, SCORED = split()
+FRESH = sorted(p.relative_to(CORPUS).as_posix() for p in CORPUS.glob("fresh/*/*.log"))
 
 
 def read_case(rel: str) -> tuple[dict, str]:
@@ -37,7 +38,7 @@ def read_case(rel: str) -> tuple[dict, str]:
 
 def run_case(rel: str):
     header, body = read_case(rel)
-    engine = ENGINE_OF.get(rel.split("/")[0])
+    engine = ENGINE_OF.get(rel.split("/")[-2])
     code = int(header["exit_code"]) if "exit_code" in header else None
     return header, body, engine, classify(body, exit_code=code, engine=engine)
 
@@ -63,10 +64,11 @@ def test_dev_log_is_named_right(rel):
         assert d.evidence and all(e.startswith("L") for e in d.evidence)
 
 
-def test_scored_logs_never_get_a_wrong_cause():
-    """`unknown` beats a guess: a scored log gets its own cause or unknown (the rate is in the report)."""
+def test_scored_and_fresh_logs_never_get_a_wrong_cause():
+    """`unknown` beats a guess: a held-out log gets its own cause or unknown (the rate is in the report)."""
+    assert len(FRESH) >= 10
     wrong = []
-    for rel in SCORED:
+    for rel in SCORED + FRESH:
         header, body, engine, d = run_case(rel)
         want = header["expected"]
         if want == "none":
