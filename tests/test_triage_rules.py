@@ -85,13 +85,14 @@ def test_scored_and_fresh_logs_never_get_a_wrong_cause():
 def test_crash_signals_are_crashes(code):
     d = classify("INFO loading\nsomething went wrong in a kernel\n", exit_code=code)
     assert d.cause == "crash"
+    assert any(name in d.explanation for name in ("SIGSEGV", "SIGBUS", "SIGABRT")), d.explanation
     assert "SIGKILL" not in d.explanation and "OOM killer" not in d.explanation
 
 
 @pytest.mark.parametrize("code", [-9, 137])
 def test_sigkill_is_a_kill(code):
-    d = classify("INFO loading\n", exit_code=code)
-    assert d.cause == "killed" and "SIGKILL" in d.explanation
+    d = classify("Loading safetensors checkpoint shards:  75% Completed | 3/4\n", exit_code=code)
+    assert d.cause == "killed" and "SIGKILL" in d.explanation and "While loading the model." in d.explanation
 
 
 def test_segfault_quotes_the_crashing_frame():

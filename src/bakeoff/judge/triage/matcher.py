@@ -514,6 +514,9 @@ def find_cause(
     explanation = rule.explanation
     if sig is not None and any(r.cause == cause for r in by_status):
         explanation = f"{explanation} (exit status: {_signal_name(sig)})"
+    elif exit_code is not None and exit_code > 128 and any(r.cause == cause and exit_code in r.exit_codes for r in by_status):
+        # a container's 128+N is signal N
+        explanation = f"{explanation} (exit status {exit_code}: {_signal_name(exit_code - 128)})"
     confidence = rule.confidence
     if starts and any(r.cause == cause for r in by_status):
         confidence = min(0.99, confidence + 0.1)
