@@ -162,6 +162,15 @@ def test_phrasings_from_other_tools(line, cause):
     assert classify(line + "\n", exit_code=1).cause == cause
 
 
+@pytest.mark.parametrize("line", [
+    "Invalid value for MAX_JOBS: 'abc', using the default 4",
+    "[2025-03-11 TP0] max_total_tokens=131072 is larger than the profiled value 90000. Use the profiled value instead.",
+    "INFO: KV cache usage 97%, not enough free blocks: preempting 2 requests",
+])
+def test_lines_that_only_look_like_the_new_phrasings(line):
+    assert find_cause(line + "\n") is None, classify(line + "\n").rule
+
+
 def test_host_memory_words_veto_the_gpu_memory_plan():
     line = "RuntimeError: not enough host memory for the KV cache offload (swap space 64 GiB)\n"
     assert classify(line, exit_code=1).cause != "oom_gpu"
