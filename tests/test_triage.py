@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff.judge.triage.schema import RulesError
 from bakeoff.judge.triage import CAUSES, Diagnosis, classify, explain, find_cause, is_failure_evidence, load_rules
 from bakeoff.judge.triage import matcher
 
@@ -163,14 +164,14 @@ def test_unknown_keeps_last_traceback_lines():
     assert find_cause(log, exit_code=1) is None
 
 
-def test_crash_signal_is_a_signal_death_with_its_line():
+def test_crash_signal_is_a_crash_with_its_line():
     d = classify("Segmentation fault (core dumped)\n", exit_code=-11)
-    assert d.cause == "killed"
+    assert d.cause == "crash"
     assert "SIGSEGV" in d.explanation
     assert d.evidence == ["L1: Segmentation fault (core dumped)"]
     # a signal death hidden behind exit status 1: the text proves it
     d = classify("Fatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most recent call first):\n", exit_code=1)
-    assert d.cause == "killed" and d.line == 1
+    assert d.cause == "crash" and d.line == 1
 
 
 def test_unknown_with_unmatched_signal():
@@ -321,9 +322,11 @@ def test_a_warning_about_a_fallback_is_not_a_failure(line):
 
 
 def test_a_model_architecture_is_not_a_gpu_architecture():
-    for line in ("ValueError: Model architectures ['FooForCausalLM'] are not supported for now.",
-                 "ValueError: Unsupported architectures: ChatGLMForConditionalGeneration. Supported list: [...]"):
-        assert classify(line + "\n").cause == "unknown", line
+    # a model type the engine version does not know is a model that cannot be loaded, never a GPU refusal
+    line = "ValueError: Model architectures ['FooForCausalLM'] are not supported for now."
+    assert classify(line + "\n").cause == "model_load"
+    line = "ValueError: Unsupported architectures: ChatGLMForConditionalGeneration. Supported list: [...]"
+    assert classify(line + "\n").cause == "unknown", line
 
 
 @pytest.mark.parametrize("line,cause", [
@@ -340,7 +343,7 @@ def test_a_model_architecture_is_not_a_gpu_architecture():
     ("_pickle.UnpicklingError: invalid load key, '<'.", "model_load"),
     ("gguf_init_from_file_impl: failed to read tensor data", "model_load"),
     ("ERROR: failed (exitcode: -9) local_rank: 0 (pid: 31631) of binary: /usr/bin/python3", "killed"),
-    ("time=x level=ERROR msg=\"llama runner process has terminated: signal: aborted (core dumped)\"", "killed"),
+    ("time=x level=ERROR msg=\"llama runner process has terminated: signal: aborted (core dumped)\"", "crash"),
 ])
 def test_causes_in_other_words(line, cause):
     assert classify(line + "\n").cause == cause
@@ -387,7 +390,7 @@ def test_root_cause_beats_later_symptoms():
     assert d.evidence[0].startswith("L1: [rank1]: torch.OutOfMemoryError")
     # the symptoms alone still name what they show
     assert classify("".join(oom_then_nccl_then_kill.splitlines(True)[1:])).cause == "distributed_init"
-    assert classify("Segmentation fault (core dumped)\n").cause == "killed"
+    assert classify("Segmentation fault (core dumped)\n").cause == "crash"
 
 
 def test_evidence_is_the_root_line_not_the_last_symptom():
@@ -422,7 +425,7 @@ def test_rules_name_unknown_token_classes(tmp_path):
     for f in matcher.RULES_DIR.glob("*.toml"):
         (tmp_path / f.name).write_text(f.read_text())
     (tmp_path / "oom_gpu.toml").write_text((tmp_path / "oom_gpu.toml").read_text() + '\n[[rule]]\nid = "x"\nnear = ["nope"]\n')
-    with pytest.raises(ValueError, match="unknown token classes \\['nope'\\]"):
+    with pytest.raises(RulesError, match="oom_gpu.toml: rule x: unknown token classes \\['nope'\\]"):
         load_rules(tmp_path)
 
 
@@ -569,7 +572,7 @@ def test_more_causes_in_other_words(line, cause):
     ("HSA_STATUS_ERROR_INVALID_ISA: The instruction set architecture is invalid.", "arch_unsupported"),
     ("ggml_vulkan: Device memory allocation of size 4294967296 failed.", "oom_gpu"),
     ("RuntimeError: CUDA driver error: CUDA_ERROR_OUT_OF_MEMORY", "oom_gpu"),
-    ("*** Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)", "killed"),
+    ("*** Caught signal 11 (Segmentation fault: address not mapped to object at address 0x8)", "crash"),
     ("LLVM ERROR: Cannot select: intrinsic %llvm.nvvm.shfl.sync.bfly.i32", "jit_compile"),
     ("RuntimeError: unexpected EOF, expected 2170 more bytes. The file might be corrupted.", "model_load"),
     ("llama_model_load: error loading model: unexpectedly reached end of file", "model_load"),

@@ -253,15 +253,26 @@ def triage(
     log: Path = typer.Argument(..., metavar="LOG"),
     exit_code: Optional[int] = typer.Option(None, "--exit-code", help="the process's exit status (negative = signal)"),
     engine: Optional[str] = typer.Option(None, "--engine", help="engine that wrote the log"),
+    rules: Optional[Path] = typer.Option(None, "--rules", metavar="DIR",
+                                         help="a directory of *.toml rules merged over the shipped ones (same format)"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Name the cause of a failed launch from its log, with the lines that prove it."""
     from bakeoff.judge.triage import classify
+    from bakeoff.judge.triage.schema import RulesError
 
     if not log.is_file():
         console.print(f"error: LOG: {log} is not a file", style="red", markup=False)
         raise typer.Exit(2)
-    d = classify(log.read_text(encoding="utf-8", errors="replace"), exit_code=exit_code, engine=engine)
+    if rules is not None and not rules.is_dir():
+        console.print(f"error: --rules: {rules} is not a directory (a folder of *.toml triage rule files)",
+                      style="red", markup=False)
+        raise typer.Exit(2)
+    try:
+        d = classify(log.read_text(encoding="utf-8", errors="replace"), exit_code=exit_code, engine=engine,
+                     rules_dir=rules)
+    except RulesError as err:
+        _fail(err)
     if as_json:
         j = d.to_json()
         out.print_json(json.dumps({k: j[k] for k in ("cause", "explanation", "hint", "evidence", "confidence")}))

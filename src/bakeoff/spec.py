@@ -586,6 +586,29 @@ class Preflight(_Strict):
     reps: int = Field(default=10, gt=0)
 
 
+class Triage(_Strict):
+    """``[triage]``: ``rules`` is a directory of user rule files merged over the shipped triage rules
+    (same format as bakeoff/judge/triage/rules/; a rule can add a cause or override a shipped one by id)."""
+
+    rules: str | None = Field(default=None, description="a directory of *.toml triage rules merged over the shipped ones")
+
+    @field_validator("rules")
+    @classmethod
+    def _rules_dir(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from bakeoff.judge.triage import load_rules
+        from bakeoff.judge.triage.schema import RulesError
+
+        if not Path(v).is_dir():
+            raise ValueError(f"{v!r} is not a directory (a folder of *.toml triage rule files)")
+        try:
+            load_rules(v)
+        except RulesError as err:
+            raise ValueError(str(err)) from None
+        return str(Path(v).resolve())
+
+
 class RayOptions(_Strict):
     """``[ray]``: where the Ray executor runs trials and what each trial reserves.
 
@@ -618,6 +641,7 @@ class Spec(_Strict):
     probes: Probes = Probes()
     bench: Bench = Bench()
     preflight: Preflight = Preflight()
+    triage: Triage = Triage()
 
     @model_validator(mode="after")
     def _numeric_axes(self) -> "Spec":

@@ -293,7 +293,7 @@ class TrialRunner:
 
     def _failed_start(self, rec: TrialRecord, handle: Handle, ready: ReadyOutcome) -> TrialRecord:
         log = self.host.read_log(handle)
-        diag = classify(log, exit_code=ready.exit_code, engine=self.engine.kind,
+        diag = classify(log, exit_code=ready.exit_code, engine=self.engine.kind, rules_dir=self.spec.triage.rules,
                         timed_out=ready.timed_out, hung=ready.hung, server_said=ready.server_said or None)
         how = (f"exited with code {ready.exit_code} before ready" if ready.exit_code is not None
                else "no new log line for %ss while not ready" % self.spec.server.hang_timeout_s if ready.hung
@@ -312,7 +312,8 @@ class TrialRunner:
             code = self.host.exit_code(handle)
         if code is None:
             return None
-        diag = classify(self.host.read_log(handle), exit_code=code, engine=self.engine.kind)
+        diag = classify(self.host.read_log(handle), exit_code=code, engine=self.engine.kind,
+                        rules_dir=self.spec.triage.rules)
         return _crashed(rec, diag, ready, f"crashed while serving ({phase}): exited with code {code}; {diag.explanation}",
                         exit_code=code, failed_mode=phase)
 
@@ -321,7 +322,7 @@ class TrialRunner:
         """Requests failed while the server stayed up (HTTP 500s after its engine died, as vLLM's
         API server does after a CUDA fault): when the log names a known cause, that is the
         verdict, with the log lines; ``None`` leaves the answers to speak."""
-        diag = classify(self._settled_log(handle), engine=self.engine.kind)
+        diag = classify(self._settled_log(handle), engine=self.engine.kind, rules_dir=self.spec.triage.rules)
         if diag.rule is None:
             return None
         return _crashed(rec, diag, ready, f"failed while serving ({outcome.failed_mode}): {outcome.detail}; the log says: {diag.explanation}",

@@ -12,14 +12,23 @@ line filters and the token classes. A rule is either
   ``error_mark``) on the line or the one before.
 
 Each cause has a ``tier``, an ``explanation``, a ``hint``, ``hard``, ``priority`` and ``confidence``.
+Rule files are validated at load (``schema``: one ``RulesError`` naming the file and the field).
+A user rules directory (``rules_dir=``, ``[triage] rules`` in the spec, ``bakeoff triage --rules``)
+is merged over the shipped rules: a file for a new cause adds it, a rule with a shipped rule's
+``id`` replaces it (``schema`` says how ``_common.toml`` merges).
+
+Signals: SIGKILL (exit -9/137) is ``killed``; SIGSEGV/SIGBUS/SIGABRT/SIGILL/SIGFPE (-11/139, -7/135,
+-6/134, ...) are ``crash``, whose evidence also quotes the crashing frame (``structure.crash_frame``).
+The explanation names what the engine was doing when it failed (``[phases]`` in ``_common.toml``:
+"While capturing CUDA graphs."), and an ``unknown`` verdict quotes the final exception line.
 
 API::
 
     classify(log_text, *, exit_code=None, signal=None, engine=None, timed_out=False, hung=False,
-             server_said=None) -> Diagnosis
+             server_said=None, rules_dir=None) -> Diagnosis
     find_cause(...same arguments but server_said...) -> Diagnosis | None   # None: nothing fatal found
     is_failure_evidence(log_text, *, engine=None) -> bool
-    load_rules() -> list[Rule];  explain(cause) -> (explanation, hint)
+    load_rules(rules_dir=None) -> list[Rule];  explain(cause, rules_dir=None) -> (explanation, hint)
 
 Decision order:
 
@@ -28,7 +37,7 @@ Decision order:
    forcing off, skipping, ignoring) and not followed within a few lines by a retry. The winning
    cause is the one whose first evidence line ranks highest by (tier, earliest line, priority):
    the first root cause (arch_unsupported, oom_gpu, oom_host, import_error, bad_args, jit_compile,
-   model_load, illegal_memory_access, port_in_use) beats symptoms (distributed_init, killed), which
+   model_load, illegal_memory_access, port_in_use) beats symptoms (distributed_init, killed, crash), which
    beat fallbacks (a generic "could not create the context"). A rule may also match on the exit
    status (``exit_code`` < 0 or ``signal``: killed by that signal; 137/139/134 in a container).
 2. With no match: ``hung`` -> "hang", ``timed_out`` -> "startup_timeout" (evidence: last lines).
@@ -44,7 +53,8 @@ Evidence lines are "L<n>: <text>": the root line (the first evidence line of the
 with one line of context around it and each later proof; ``server_said`` (what the server itself
 answered while never ready, e.g. a 503 "Loading model" from /health) is appended as
 "server said: ...". A log over 6 MiB is read at its head and tail only (see ``matcher``).
-The rules' measured generalization on held-out real logs is in tests/data/logs/HOLDOUT.md.
+The rules' measured generalization on held-out real logs is in tests/data/logs/HOLDOUT.md and
+tests/data/triage_corpus/README.md (``bench/triage_score.py``).
 """
 
 from bakeoff.judge.triage.matcher import (

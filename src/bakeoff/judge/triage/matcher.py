@@ -5,14 +5,16 @@ from __future__ import annotations
 import functools
 import re
 import signal as _signal
-import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from bakeoff.judge.triage import structure
+from bakeoff.judge.triage.schema import CauseFile, CommonFile, RulesError, merge_causes, merge_common, read_dir
 
 RULES_DIR = Path(__file__).with_name("rules")
 CAUSES = (
     "arch_unsupported", "oom_gpu", "oom_host", "import_error", "bad_args", "illegal_memory_access",
-    "distributed_init", "jit_compile", "model_load", "port_in_use", "killed", "startup_timeout", "hang",
+    "distributed_init", "jit_compile", "model_load", "port_in_use", "killed", "crash", "startup_timeout", "hang",
     "unknown",
 )
 # A cause's tier says how it ranks in a cascade: a root cause (the first one in the log wins) beats
@@ -138,6 +140,7 @@ class _Causes:
     retry_within: int
     classes: dict  # token class name -> compiled regex
     gate: tuple[str, ...]  # lowercase words one of which every line a shape can match contains
+    phases: tuple = ()  # (phase name, regex of the lines that announce it), in file order
 
 
 def _norm_engine(engine: str | None) -> str | None:
@@ -151,62 +154,89 @@ def _norm_engine(engine: str | None) -> str | None:
     return e
 
 
-@functools.lru_cache(maxsize=4)
-def _load(rules_dir: str) -> _Causes:
-    d = Path(rules_dir)
-    common = tomllib.loads((d / "_common.toml").read_text()) if (d / "_common.toml").exists() else {}
-    classes = {name: _union(pats) for name, pats in common.get("classes", {}).items()}
+def _compile_classes(common: CommonFile) -> dict:
+    """Token class name -> one compiled regex (the union of the class's patterns)."""
+    return {name: _union(pats) for name, pats in common.classes.items()}
+
+
+def _rules_of(path: Path, f: CauseFile, classes: dict) -> list[Rule]:
+    """The compiled rules of one (merged) cause file; unknown token classes name the file."""
+    base = {"hard": False, "priority": 50, "confidence": 0.5}  # what a new cause that says nothing gets
+    base.update({k: v for k, v in f.model_dump(include={"explanation", "hint", "hard", "priority", "confidence", "tier"}).items()
+                 if v is not None})
+    out = []
+    for raw in f.rule:
+        spec = {**base, **{k: v for k, v in raw.model_dump().items() if v is not None}}
+        spec.setdefault("ignore_when_timed_out", bool(f.ignore_when_timed_out))
+        for key in ("patterns", "not_patterns", "exit_codes", "signals", "near", "unless"):
+            spec[key] = tuple(spec.get(key, ()))
+        spec["engines"] = tuple(_norm_engine(e) if e != "*" else "*" for e in spec.get("engines", ["*"]))
+        rule = Rule(cause=f.cause, **spec)
+        try:
+            _ = rule.regexes, rule.prefixes, rule.not_regex, rule.before_regex  # bad regexes fail at load
+        except re.error as err:
+            raise RulesError(f"{path}: rule {rule.id}: the patterns do not compile together ({err})") from None
+        unknown = [c for c in (*rule.near, *rule.unless, *([rule.context] if rule.context else [])) if c not in classes]
+        if unknown:
+            raise RulesError(f"{path}: rule {rule.id}: unknown token classes {unknown}; known: {sorted(classes)}")
+        out.append(rule)
+    return out
+
+
+@functools.lru_cache(maxsize=8)
+def _load(rules_dir: str, user_dir: str | None = None) -> _Causes:
+    """The shipped rules of ``rules_dir``, with ``user_dir``'s merged over them (see schema)."""
+    common, files = read_dir(Path(rules_dir))
+    if user_dir is not None:
+        user_common, user_files = read_dir(Path(user_dir), unnamed_prefix="user.")
+        common = merge_common(common, user_common)
+        files = merge_causes(files, user_files)
+    else:
+        files = merge_causes(files, [])
+    try:
+        classes = _compile_classes(common)
+        filters = [_union(common.benign), _union(common.recovered), _union(common.retry)]
+        phases = tuple((name, _union(pats)) for name, pats in common.phases.items())
+    except re.error as err:
+        where = f"{rules_dir}/_common.toml" + (f" or {user_dir}/_common.toml" if user_dir else "")
+        raise RulesError(f"{where}: the patterns of a class, filter or phase do not compile together ({err})") from None
     rules: list[Rule] = []
     info: dict = {}
-    for path in sorted(d.glob("*.toml")):
-        if path.name.startswith("_"):
-            continue
-        data = tomllib.loads(path.read_text())
-        cause = data["cause"]
-        if cause not in CAUSES:
-            raise ValueError(f"{path.name}: unknown cause {cause!r}")
-        base = {k: data[k] for k in ("explanation", "hint", "hard", "priority", "confidence", "tier") if k in data}
-        info[cause] = (data["explanation"], data["hint"], bool(data.get("hard", False)), float(data.get("confidence", 0.5)))
-        for i, raw in enumerate(data.get("rule", [])):
-            spec = {**base, "ignore_when_timed_out": data.get("ignore_when_timed_out", False), **raw}
-            for key in ("patterns", "not_patterns", "exit_codes", "signals", "near", "unless"):
-                spec[key] = tuple(spec.get(key, ()))
-            spec["engines"] = tuple(_norm_engine(e) if e != "*" else "*" for e in spec.get("engines", ["*"]))
-            spec.setdefault("id", str(i))
-            rule = Rule(cause=cause, **spec)
-            if rule.tier not in TIERS:
-                raise ValueError(f"{path.name}: rule {rule.id}: tier {rule.tier!r} is not one of {sorted(TIERS)}")
-            unknown = [c for c in (*rule.near, *rule.unless, *([rule.context] if rule.context else [])) if c not in classes]
-            if unknown:
-                raise ValueError(f"{path.name}: rule {rule.id}: unknown token classes {unknown}; known: {sorted(classes)}")
-            _ = rule.regexes, rule.prefixes, rule.not_regex, rule.before_regex  # bad regexes fail at load
-            rules.append(rule)
+    for path, f in files:
+        info[f.cause] = (f.explanation, f.hint, bool(f.hard), float(f.confidence or 0.5))
+        rules.extend(_rules_of(path, f, classes))
     missing = set(CAUSES) - set(info)
     if missing:
-        raise ValueError(f"rules in {d} lack causes: {sorted(missing)}")
+        raise RulesError(f"rules in {rules_dir} lack causes: {sorted(missing)}")
     return _Causes(
         rules=tuple(rules),
         info=info,
-        warning=re.compile(common.get("warning_line", r"(?!x)x")),
-        benign=_union(common.get("benign", [])),
-        recovered=_union(common.get("recovered", [])),
-        retry=_union(common.get("retry", [])),
-        retry_within=int(common.get("retry_within", 3)),
+        warning=re.compile(common.warning_line or r"(?!x)x"),
+        benign=filters[0],
+        recovered=filters[1],
+        retry=filters[2],
+        retry_within=3 if common.retry_within is None else common.retry_within,
         classes=classes,
-        gate=tuple(w.lower() for w in common.get("shape_gate", [])),
+        gate=tuple(w.lower() for w in common.shape_gate),
+        phases=phases,
     )
 
 
+def _causes(rules_dir: str | Path | None) -> _Causes:
+    """The shipped rules, with a user rules directory merged over them when one is given."""
+    return _load(str(RULES_DIR), None if rules_dir is None else str(Path(rules_dir).resolve()))
+
+
 def load_rules(rules_dir: str | Path | None = None) -> list[Rule]:
-    """All rules, compiled once and cached (data lives in ``rules/*.toml``)."""
-    return list(_load(str(rules_dir or RULES_DIR)).rules)
+    """All rules (shipped, with ``rules_dir``'s merged over them), compiled once and cached."""
+    return list(_causes(rules_dir).rules)
 
 
-def explain(cause: str) -> tuple[str, str]:
-    """(explanation, hint) for any cause id, including startup_timeout/hang/killed/unknown."""
-    info = _load(str(RULES_DIR)).info
+def explain(cause: str, rules_dir: str | Path | None = None) -> tuple[str, str]:
+    """(explanation, hint) for any cause id, including startup_timeout/hang/killed/crash/unknown."""
+    info = _causes(rules_dir).info
     if cause not in info:
-        raise KeyError(f"unknown cause {cause!r}; known: {', '.join(CAUSES)}")
+        raise KeyError(f"unknown cause {cause!r}; known: {', '.join(sorted(info))}")
     return info[cause][0], info[cause][1]
 
 
@@ -448,9 +478,12 @@ def find_cause(
     engine: str | None = None,
     timed_out: bool = False,
     hung: bool = False,
+    rules_dir: str | Path | None = None,
 ) -> Diagnosis | None:
-    """The failure cause the rules can prove from the log/exit status, or None if nothing matched."""
-    causes = _load(str(RULES_DIR))
+    """The failure cause the rules can prove from the log/exit status, or None if nothing matched.
+
+    ``rules_dir``: a user rules directory merged over the shipped rules (same format)."""
+    causes = _causes(rules_dir)
     eng = _norm_engine(engine)
     rules = [
         r for r in causes.rules
@@ -481,12 +514,20 @@ def find_cause(
     explanation = rule.explanation
     if sig is not None and any(r.cause == cause for r in by_status):
         explanation = f"{explanation} (exit status: {_signal_name(sig)})"
+    elif exit_code is not None and exit_code > 128 and any(r.cause == cause and exit_code in r.exit_codes for r in by_status):
+        # a container's 128+N is signal N
+        explanation = f"{explanation} (exit status {exit_code}: {_signal_name(exit_code - 128)})"
     confidence = rule.confidence
     if starts and any(r.cause == cause for r in by_status):
         confidence = min(0.99, confidence + 0.1)
     if len(starts) > 1:
         confidence = min(0.99, confidence + 0.03)
     evidence = _context(lines, starts) if starts else _tail_evidence(text)
+    if cause == "crash":
+        evidence = _with_line(evidence, structure.crash_frame(text))
+    doing = structure.phase(text, lines.bounds(starts[0])[1] if starts else len(text), causes.phases)
+    if doing:
+        explanation = f"{explanation} While {doing}."
     return Diagnosis(
         cause=cause,
         explanation=explanation,
@@ -499,9 +540,16 @@ def find_cause(
     )
 
 
-def is_failure_evidence(log_text: str, *, engine: str | None = None) -> bool:
+def _with_line(evidence: list[str], found: tuple[int, str] | None) -> list[str]:
+    """``evidence`` with the line ``found`` (line number, text) added in line order, once."""
+    if found is None or any(e.startswith(f"L{found[0]}: ") for e in evidence):
+        return evidence
+    return sorted([*evidence, f"L{found[0]}: {_clip(found[1])}"], key=lambda e: int(e[1:e.index(":")]))
+
+
+def is_failure_evidence(log_text: str, *, engine: str | None = None, rules_dir: str | Path | None = None) -> bool:
     """True when the log alone shows a known fatal error."""
-    return find_cause(log_text, engine=engine) is not None
+    return find_cause(log_text, engine=engine, rules_dir=rules_dir) is not None
 
 
 def classify(
@@ -513,13 +561,15 @@ def classify(
     timed_out: bool = False,
     hung: bool = False,
     server_said: str | None = None,
+    rules_dir: str | Path | None = None,
 ) -> Diagnosis:
     """Always a Diagnosis: a rule match, else hang/startup_timeout from the flags, else unknown.
 
     ``server_said`` is what the server itself answered while it never became ready (e.g. the last
     non-200 health answer, ``"GET /health -> 503 Loading model"``); it is appended to the evidence
-    as ``"server said: ..."``."""
-    d = _classify(log_text, exit_code=exit_code, signal=signal, engine=engine, timed_out=timed_out, hung=hung)
+    as ``"server said: ..."``. ``rules_dir``: a user rules directory merged over the shipped rules."""
+    d = _classify(log_text, exit_code=exit_code, signal=signal, engine=engine, timed_out=timed_out, hung=hung,
+                  rules_dir=rules_dir)
     if server_said:
         d = Diagnosis(d.cause, d.explanation, d.hint, [*d.evidence, f"server said: {_clip(server_said)}"],
                       d.confidence, d.hard, d.rule, d.line)
@@ -527,13 +577,15 @@ def classify(
 
 
 def _classify(log_text: str, *, exit_code: int | None, signal: int | None, engine: str | None,
-              timed_out: bool, hung: bool) -> Diagnosis:
+              timed_out: bool, hung: bool, rules_dir: str | Path | None) -> Diagnosis:
     found = find_cause(
-        log_text, exit_code=exit_code, signal=signal, engine=engine, timed_out=timed_out, hung=hung
+        log_text, exit_code=exit_code, signal=signal, engine=engine, timed_out=timed_out, hung=hung,
+        rules_dir=rules_dir,
     )
     if found is not None:
         return found
-    info = _load(str(RULES_DIR)).info
+    causes = _causes(rules_dir)
+    info = causes.info
     text = log_text or ""
     if hung or timed_out:
         cause = "hang" if hung else "startup_timeout"
@@ -549,4 +601,11 @@ def _classify(log_text: str, *, exit_code: int | None, signal: int | None, engin
     evidence = _tail_evidence(text)
     if not failed and not any(_ERRORISH.search(e) for e in evidence):
         expl, conf = "No fatal error found in the log.", 0.05
+    else:
+        # the decisive line (the final exception) is quoted even when no rule names its cause
+        exc = structure.final_exception(text)
+        evidence = _with_line(evidence, exc and (exc[0], exc[2]))
+        doing = structure.phase(text, len(text), causes.phases)
+        if doing:
+            expl = f"{expl} While {doing}."
     return Diagnosis("unknown", expl, hint, evidence, conf if failed or evidence else 0.05, hard)

@@ -1,0 +1,81 @@
+"""A log read by its structure, as an engineer reads it: the final exception, the crashing frame,
+and what the engine was doing when it failed. Written once; the vocabulary lives in the rules.
+
+- ``final_exception``: the last ``Type: message`` line of a Python traceback (any log prefix before
+  it: ``(EngineCore pid=1) ERROR ... [core.py:1] ``, ``[rank0]: ``), or the last C++ ``what():``.
+- ``crash_frame``: the innermost frame of a crash dump: the first ``File ... in f`` after Python's
+  ``Current thread ... (most recent call first)``, the ``PC: @ ... f`` of an abseil/glog dump, the
+  ``#0 ...`` of gdb, or the ``0# ...`` of a boost stack trace.
+- ``phase``: the last phase marker (``[phases]`` in ``_common.toml``) at or before a line: loading
+  the model, compiling kernels, capturing CUDA graphs, allocating the KV cache, ...
+"""
+
+from __future__ import annotations
+
+import re
+
+_TAIL = 256 * 1024  # structure is read in the last 256 KiB: the end of a log is where it died
+_EXC = re.compile(
+    r"(?:^|[\s:\]\)>|])((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|[a-z_]+\.error))"
+    r"(?::\s+(\S.*)|\s*$)"
+)
+_WHAT = re.compile(r"^\s*what\(\):\s+(\S.*)")
+_NOT_EXC_LINE = re.compile(r'File "[^"]*", line \d+|^\s*raise\b|^\s*(?:\S+\s+)?During handling|most recent call')
+_CRASH_HEAD = re.compile(
+    r"Current thread 0x[0-9a-f]+ \(most recent call first\)|\*\*\* SIG\w+ received|received signal SIG\w+"
+    r"|Signal \(\d+\) received|Caught signal \d+"
+)
+_FRAME = re.compile(r'^\s*(?:\S+\s+)?(?:File "[^"]+", line \d+ in \S+|PC: @\s+\S+\s+.*\S|#\d+\s+\S.*|\d+# \S.*)')
+
+
+def _tail(text: str) -> tuple[int, list[str]]:
+    """(line number of the first line, lines) of the log's last ``_TAIL`` characters."""
+    cut = max(0, len(text) - _TAIL)
+    if cut:
+        cut = text.find("\n", cut) + 1 or cut
+    return text.count("\n", 0, cut) + 1, text[cut:].split("\n")
+
+
+def final_exception(text: str) -> tuple[int, str, str] | None:
+    """(line number, exception type, the full line) of the last raised exception, or None.
+
+    A C++ ``what():`` line counts as an exception of type ``what``."""
+    first, lines = _tail(text)
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i]
+        if _NOT_EXC_LINE.search(line):
+            continue
+        m = _WHAT.search(line)
+        if m:
+            return first + i, "what", line
+        m = _EXC.search(line)
+        if m and (m.group(2) or line.strip().endswith(m.group(1))):
+            return first + i, m.group(1).rsplit(".", 1)[-1], line
+    return None
+
+
+def crash_frame(text: str) -> tuple[int, str] | None:
+    """(line number, line) of the innermost frame after the last crash marker, or None."""
+    first, lines = _tail(text)
+    head = max((i for i, line in enumerate(lines) if _CRASH_HEAD.search(line)), default=None)
+    if head is None:
+        return None
+    for i in range(head, min(len(lines), head + 12)):
+        if i == head and "PC: @" not in lines[i]:
+            continue
+        if _FRAME.search(lines[i]):
+            return first + i, lines[i]
+    return None
+
+
+def phase(text: str, upto: int, phases: tuple) -> str | None:
+    """The name of the last phase announced in the ``_TAIL`` characters before ``upto``, or None.
+
+    Read backwards line by line: the nearest announcing line decides, so a long serving log costs
+    one line."""
+    window = text[max(0, upto - _TAIL):upto]
+    for line in reversed(window.split("\n")):
+        for name, rx in phases:
+            if rx is not None and rx.search(line):
+                return name
+    return None
