@@ -174,3 +174,46 @@ def test_a_resolve_outside_its_range_names_the_field_and_the_valid_range(value):
     with pytest.raises(ValidationError) as e:
         Spec.model_validate({**SPEC, "bench": {"resolve": value}})
     assert "resolve" in str(e.value) and "valid: a fraction from 0.005 to 0.5" in str(e.value)
+
+
+# -- the race through the pipeline (pipeline._race), launches faked ---------------------------
+def test_the_pipeline_races_the_contender_stores_every_launch_and_a_killed_sweep_resumes_its_block(tmp_path):
+    import time
+    from types import SimpleNamespace
+
+    from bakeoff.pipeline import _race
+    from bakeoff.store import Store
+
+    spec = Spec.model_validate({**SPEC, "bench": {"resolve": 0.05, "max_extra_launches": 16, "launch_noise": 0.03}})
+    launched: list[str] = []
+    speed = {"k0": 100.0, "k1": 100.0, "k2": 60.0}
+
+    def race_launch(r: TrialRecord, n: int) -> dict:
+        launched.append(r.key)
+        wiggle = 1 + 0.004 * (-1) ** n
+        return {"samples": [speed[r.key] * wiggle * f for f in (0.99, 1.0, 1.01)], "name": "output tok/s at c=4",
+                "requests": 24}
+
+    def sweep(store: Store, stop_after: int | None) -> SimpleNamespace:
+        return SimpleNamespace(spec=spec, store=store, current=store.current, started=time.monotonic(),
+                               history=lambda: [t for t in store.current() if t.is_finished()],
+                               stopped=lambda: stop_after is not None and len(launched) >= stop_after,
+                               events=SimpleNamespace(note=lambda m: None), race_launch=race_launch)
+
+    with Store(tmp_path / "s", lock=True) as store:
+        store.init_sweep("r", spec.model_dump(mode="json"), {}, "id")
+        for i, xs in enumerate(([100, 101, 99], [99, 100, 101], [60, 61, 59])):
+            store.save(rec(i, xs))
+        decide.save(store)
+        for x in ("k0", "k1", "k2"):  # the screening's objective names match the race's
+            assert decide.objective_of(store.get(x)).name == "output tok/s at c=4"
+        _race(sweep(store, stop_after=3))  # killed after the third launch: block 2 half done
+        assert launched == ["k0", "k1", "k1"]  # k2 (0.6x) does not contend; block 2 reversed
+        stored = decide.race_of(store)
+        assert [sorted(b["runs"]) for b in stored["blocks"]] == [["k0", "k1"], ["k1"]]
+        _race(sweep(store, stop_after=None))  # `bakeoff run` again
+        assert launched[3] == "k0"  # the cut block completed first
+        d = decide.load(store)
+        assert d.resolution["race"]["k1"]["state"] == "equivalent"
+        assert "x=1: equivalent within ±5 % of the baseline" in d.noise_line
+        assert "k2" not in d.resolution["race"]

@@ -182,6 +182,12 @@ def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None
         d.noise_line = noise_line(d)
     if d.drift and d.drift["call"] != "tie":
         d.cautions.append(d.drift["caution"])
+    for k in (raced.keys() if raced else []):
+        if why := raced.failed(k):
+            d.cautions.append(f"FLAKY: {_label_of(trials, k)} failed when launched again in the race ({why}): "
+                              "a configuration that passes once and fails on a relaunch is not known-good.")
+    if raced and (why := raced.failed(raced.base_key)):
+        d.cautions.append(f"FLAKY BASELINE: launched again in the race it failed ({why}); the race stopped there.")
     for r in baseline_runs or []:
         if r and r.get("failed"):
             d.cautions.append(f"FLAKY BASELINE: launched again (launch {r.get('launch', '?')} of the sweep) it failed: "
@@ -237,7 +243,7 @@ def resolution(spec: dict, trials: list[TrialRecord], noise: LaunchNoise | None,
     launched = [t for t in trials if t.is_finished() and (t.metrics or {}).get("levels")]
     per_level = bench.get("requests_per_level", 8)
     launches = len(launched) + len(runs) + (race.launches() if race else 0)
-    requests = (sum(_requests(t.metrics, per_level) for t in launched) + sum(_requests(r, per_level) for r in runs)
+    requests = (sum(requests_measured(t.metrics, per_level) for t in launched) + sum(requests_measured(r, per_level) for r in runs)
                 + (sum(r.get("requests", 0) for b in race.blocks for r in b["runs"].values()) if race else 0))
     if noise is not None:  # a trial that repeats like the baseline's launches, against their mean
         var_launch, se, df = noise.var_launch, math.sqrt(noise.sd ** 2 + noise.within + noise.pooled_var), noise.df
@@ -298,7 +304,7 @@ def _pct(x: float) -> str:
     return f"{x * 100:.0f} %"
 
 
-def _requests(metrics: dict, per_level: int) -> int:
+def requests_measured(metrics: dict, per_level: int) -> int:
     """The measured requests of one launch: repetitions × requests per level, over its levels."""
     n = 0
     for lv in (metrics or {}).get("levels") or []:

@@ -98,7 +98,8 @@ class Race:
     def paired(self, key: str, upto: int | None = None) -> Paired:
         """``key`` against the baseline over the complete blocks it ran in (the first ``upto``)."""
         pairs = [(b["runs"][self.base_key].get("samples") or [], b["runs"][key].get("samples") or [])
-                 for b in self.complete() if key in b["runs"]][:upto]
+                 for b in self.complete() if key in b["runs"]
+                 and b["runs"][key].get("name") == b["runs"][self.base_key].get("name")][:upto]  # the same figure
         return Paired(block_diffs([p[0] for p in pairs], [p[1] for p in pairs]), len(looks(self.max_blocks)),
                       self.resolve, self.higher_is_better)
 
