@@ -83,12 +83,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=24)
     ap.add_argument("--resolve", type=float, default=0.05)
     ap.add_argument("--budgets", type=int, nargs="+", default=[24, 48], help="bench.max_extra_launches values")
+    ap.add_argument("--no-header", dest="header", action="store_false")
+    ap.add_argument("--models", nargs="+", default=list(MODELS), help="noise models (default: all)")
     args = ap.parse_args(argv)
-    print(f"{args.trials} simulated comparisons per row; resolve = {args.resolve}; 'right' = A/A: no faster/slower "
-          "call, planted: called slower; launches = the baseline's and the change's, screening included")
-    print(f"{'machine':38s} {'case':12s} {'design':16s} {'right':>6s} {'false':>6s} {'equiv':>6s} {'unres':>6s} "
-          f"{'launches mean':>13s} {'p90':>4s}")
-    for name, (sl, s, n, drift) in MODELS.items():
+    if args.header:
+        print(f"{args.trials} simulated comparisons per row; resolve = {args.resolve}; 'right' = A/A: no faster/slower "
+              "call, planted: called slower; launches = the baseline's and the change's, screening included")
+        print(f"{'machine':38s} {'case':12s} {'design':16s} {'right':>6s} {'false':>6s} {'equiv':>6s} {'unres':>6s} "
+              f"{'launches mean':>13s} {'p90':>4s}")
+    for name in args.models:
+        sl, s, n, drift = MODELS[name]
         for effect, case in ((0.0, "A/A"), (math.log(0.90), "planted 10%")):
             rows: dict[str, list[tuple[str, int]]] = {"fixed (today)": []}
             for b in args.budgets:

@@ -11,6 +11,7 @@ there is no interval, and no claim.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import asdict, dataclass
@@ -244,14 +245,18 @@ class Paired:
 
     @property
     def sd(self) -> float | None:
-        return statistics.stdev(self.diffs) if self.blocks > 1 else None
+        """The sample standard deviation of the blocks' differences (None with one block)."""
+        if self.blocks < 2:
+            return None
+        m = _mean(list(self.diffs))
+        return math.sqrt(sum((x - m) ** 2 for x in self.diffs) / (self.blocks - 1))
 
     def half_width(self, two_sided_alpha: float | None = None) -> float | None:
         """The half-width (log) of the interval of the mean difference at this look."""
         if self.sd is None:
             return None
         a = self.alpha if two_sided_alpha is None else two_sided_alpha
-        return stats.t.ppf(1 - a / 2, self.blocks - 1) * self.sd / math.sqrt(self.blocks)
+        return _t_quantile(1 - a / 2, self.blocks - 1) * self.sd / math.sqrt(self.blocks)
 
     def ratio(self) -> Ratio:
         """The contender's ratio to the baseline with this look's interval (a ``Ratio``: the same
@@ -286,7 +291,7 @@ class Paired:
 def mde(se: float, df: float, alpha: float = 1 - CONFIDENCE, power: float = POWER) -> float:
     """The minimum detectable effect (log) of a two-sided test at ``alpha`` with ``power``, for a
     difference measured with standard error ``se`` (Student's t with ``df``; normal when infinite)."""
-    q = (lambda p: stats.t.ppf(p, df)) if math.isfinite(df) and df > 0 else stats.norm.ppf
+    q = (lambda p: _t_quantile(p, df)) if math.isfinite(df) and df > 0 else stats.norm.ppf
     return (q(1 - alpha / 2) + q(power)) * se
 
 
@@ -298,6 +303,12 @@ def blocks_needed(sd: float, resolve: float, alpha: float, power: float = POWER,
     while b < cap and mde(sd / math.sqrt(b), b - 1, alpha, power) > target:
         b = b + 1 if b < 64 else int(b * 1.25)
     return min(b, cap)
+
+
+@functools.lru_cache(maxsize=4096)
+def _t_quantile(p: float, df: float) -> float:
+    """Student's t quantile (cached: a race asks for the same few at every look)."""
+    return float(stats.t.ppf(p, df))
 
 
 def block_diffs(base: list[list[float]], trial: list[list[float]]) -> tuple[float, ...]:
