@@ -342,10 +342,10 @@ def _race(sw: Sweep) -> None:
     if race is None:
         return
     by_key = {t.key: t for t in sw.current()}
-    while not sw.stopped() and _budget_left(sw) > 0 and (keys := race.next_launches()):
+    while not sw.stopped() and _hours_left(sw) and (keys := race.next_launches()):
         sw.store.set_meta("race", race.to_json())  # the block planned: a resumed race completes it
         for key in keys:
-            if sw.stopped() or _budget_left(sw) == 0:
+            if sw.stopped() or not _hours_left(sw):
                 break
             n = race.launches() + 1
             sw.events.note(f"race (bench.resolve = {race.resolve:g}): launch {n} of at most {race.max_launches}: "
@@ -356,6 +356,13 @@ def _race(sw: Sweep) -> None:
             race.record(key, result)
             sw.store.set_meta("race", race.to_json())
         decide.save(sw.store)
+
+
+def _hours_left(sw: Sweep) -> bool:
+    """Whether ``plan.max_hours`` allows another launch (the race's launches are not trials:
+    ``plan.max_trials`` does not cap them, ``bench.max_extra_launches`` does)."""
+    hours = sw.spec.plan.max_hours
+    return hours is None or time.monotonic() - sw.started <= hours * 3600
 
 
 def _race_to_run(sw: Sweep):

@@ -293,7 +293,8 @@ def _race_sentence(name: str, state: str | None, race: Race, key: str) -> str:
     if state == "resolved":
         return f"{name}: resolved to ±{_pct(half)} ({what}): no difference of {_pct(race.resolve)} either way is hidden in it."
     need = p.blocks_to_resolve() or p.blocks
-    more = f"about {2 * max(need - p.blocks, 1)} more launches would resolve {_pct(race.resolve)}"
+    more = (f"its {p.blocks} blocks detect {_pct(p.resolvable())} with 90 % power; "
+            f"about {2 * max(need - p.blocks, 1)} more launches would resolve {_pct(race.resolve)}")
     if state is None:
         return f"{name}: still racing, ±{_pct(half)} so far ({what}); `bakeoff run` again resumes the race; {more}."
     return f"{name}: not resolved: ±{_pct(half)} ({what}); {more}."
