@@ -284,3 +284,12 @@ def test_a_real_sweep_races_two_identical_configurations_in_paired_blocks(tmp_pa
     assert len(state) == 1 and next(iter(state.values()))["state"] in ("equivalent", "resolved", "unresolved")
     report = (out / "report.md").read_text()
     assert "tag=b: " in report and "Resolution: " in report and "the race (bench.resolve = 0.2) spent 4 of its 4" in report
+
+
+def test_asking_for_a_finer_resolution_keeps_the_trials_identity():
+    from bakeoff.store import identity_of
+
+    plain = Spec.model_validate({**SPEC, "bench": {}})
+    finer = Spec.model_validate({**SPEC, "bench": {"resolve": 0.02, "max_extra_launches": 100}})
+    other = Spec.model_validate({**SPEC, "bench": {"output_tokens": 65}})
+    assert identity_of(plain, {}) == identity_of(finer, {}) != identity_of(other, {})
