@@ -293,3 +293,11 @@ def test_asking_for_a_finer_resolution_keeps_the_trials_identity():
     finer = Spec.model_validate({**SPEC, "bench": {"resolve": 0.02, "max_extra_launches": 100}})
     other = Spec.model_validate({**SPEC, "bench": {"output_tokens": 65}})
     assert identity_of(plain, {}) == identity_of(finer, {}) != identity_of(other, {})
+
+
+def test_after_a_race_the_headline_names_its_outcome_not_the_screening_band():
+    trials = [rec(0, [100, 101, 99]), rec(1, [100, 102, 98])]
+    race = Race.start("k0", ["k1"], resolve=0.05, max_launches=48, identity="id")
+    run(race, {"k0": 100.0, "k1": 100.0}, rng=random.Random(4), sd=0.005)
+    d, _ = decide.decide(Spec.model_validate(SPEC).model_dump(mode="json"), trials, race=race.to_json())
+    assert "(the race in paired launches: x=1 equivalent within ±5 %)" in d.headline and "here;" not in d.headline

@@ -176,9 +176,10 @@ def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None
         rec, info = _final(t, base, base_obj, base_ok, slow_fraction, between, noise, n_base, paired.get(t.key))
         d.verdicts[t.key] = info
         final.append(rec)
-    _recommend(d, final, base, base_obj)
     if any(t.metrics.get("vs_baseline") for t in final if t.changed):
         d.resolution = resolution(spec, final, noise, between, raced, runs)
+    _recommend(d, final, base, base_obj)
+    if d.resolution:
         d.noise_line = noise_line(d)
     if d.drift and d.drift["call"] != "tie":
         d.cautions.append(d.drift["caution"])
@@ -259,7 +260,7 @@ def resolution(spec: dict, trials: list[TrialRecord], noise: LaunchNoise | None,
     if blocks > budget // 2:  # a larger budget looks more often: each look spends less
         blocks = blocks_needed(sd_block, target, (1 - CONFIDENCE) / len(looks(blocks)))
     out = {"screening_mde": screening, "power": POWER, "launches": launches, "requests": requests,
-           "target": target, "blocks_to_resolve": blocks}
+           "target": race.resolve if race is not None else target, "blocks_to_resolve": blocks}
     cost = (f"resolving {_pct(target)} would take about {2 * blocks} more launches per contender "
             f"(bench.resolve = {target:g}{'' if 2 * blocks <= budget else f', bench.max_extra_launches = {2 * blocks}'}: "
             "the contender and the baseline in paired blocks)")
@@ -272,6 +273,10 @@ def resolution(spec: dict, trials: list[TrialRecord], noise: LaunchNoise | None,
     out["sentence"] = (f"Resolution: a configuration launched once differs detectably (90 % power) from the baseline "
                        f"from {_pct(screening)}; this sweep spent {launches} launches and {requests} measured requests; {cost}.")
     return out
+
+
+RACE_SHORT = {"equivalent": "equivalent", "behind": "behind", "better": "faster", "resolved": "tied, resolved",
+              "unresolved": "not resolved", "failed": "failed on a relaunch", "racing": "still racing"}
 
 
 def _race_sentence(name: str, state: str | None, race: Race, key: str) -> str:
@@ -438,6 +443,11 @@ def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None,
         win = base
         ln = f"; {d.launch_noise['describe']}" if d.launch_noise else ""
         noise = f" (±{d.noise * 100:.0f} % here{ln})" if d.noise is not None else ""
+        if (d.resolution or {}).get("race"):  # the race measured further: its outcome is the noise that counts
+            within = f" within ±{_pct(d.resolution['target'])}"
+            noise = " (the race in paired launches: " + "; ".join(
+                f"{_label_of(trials, k)} {RACE_SHORT[v['state'] or 'racing']}" + (within if v["state"] == "equivalent" else "")
+                for k, v in d.resolution["race"].items()) + ")"
         tied = [t for t in ranked if t.changed and (r := ratio(t)) is not None and r.call == "tie"]
         if not any(t.changed for t in ranked):
             d.headline = ("Recommended: the baseline — no other configuration passed correctness "
