@@ -242,7 +242,7 @@ max_tokens = 16
 gate_items = 0
 concurrency = 0
 load_probe = false
-long_prompt_tokens = 64
+long_prompt_tokens = 16
 [bench]
 concurrency = [1]
 requests_per_level = 3
