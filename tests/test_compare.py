@@ -65,3 +65,38 @@ def test_env_diff_names_what_changed():
 def test_compare_missing_dir_fails_clearly(tmp_path):
     r = bakeoff("compare", str(tmp_path / "nope"), str(tmp_path))
     assert r.returncode == 2 and "no bakeoff sweep here" in r.stderr
+
+
+# -- the same intervals as decide, and no call across different workloads (no engine) -----------
+def _sweep(path, bench: dict, samples: list[float]):
+    from bakeoff.spec import Spec
+    from bakeoff.store import TrialRecord
+
+    spec = Spec.model_validate({"name": "c", "engine": "llamacpp", "model": {"path": "m.gguf"},
+                                "axes": [{"name": "x", "flag": "--x", "values": [0, 1]}], "baseline": {"x": 0},
+                                "bench": bench})
+    store = Store(path, lock=True)
+    store.__enter__()
+    store.init_sweep("c", spec.model_dump(mode="json"), {"hash": "f"}, "id")
+    store.save(TrialRecord(key="k0", idx=0, config={"x": 0}, changed=[], argv=["s"], env={}, identity="id",
+                           state="finished", verdict="ok", metrics={
+                               "judged": "ok", "output_tok_s": sum(samples) / len(samples),
+                               "levels": [{"level": "c=4", "valid": True, "samples": {"output_tok_s": samples}}]}))
+    return store
+
+
+def test_compare_counts_the_launch_noise_and_refuses_a_call_across_workloads(tmp_path):
+    a = _sweep(tmp_path / "a", {"launch_noise": 0.08}, [100, 101, 99])
+    b = _sweep(tmp_path / "b", {"launch_noise": 0.08}, [115, 116, 114])  # +15 %, repetitions tight
+    c = _sweep(tmp_path / "c", {"launch_noise": 0.02}, [130, 131, 129])  # +30 %
+    d = _sweep(tmp_path / "d", {"launch_noise": 0.08, "output_tokens": 128}, [200, 201, 199])
+    try:
+        row = compare(a, b)["rows"][0]
+        assert row["change"] == "same" and "95 % CI" in row["interval"]  # 1.15x inside one launch's noise
+        assert compare(a, c)["rows"][0]["change"] == "faster"  # beyond it
+        res = compare(a, d)
+        assert res["rows"][0]["change"] == "workload" and res["changed"] == 0
+        assert res["workload"] == ["output_tokens 64 -> 128"]
+    finally:
+        for s in (a, b, c, d):
+            s.__exit__(None, None, None)

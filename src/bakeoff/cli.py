@@ -217,7 +217,8 @@ def export(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
 @app.command()
 def compare(dir_a: Path = typer.Argument(..., metavar="DIR_A"), dir_b: Path = typer.Argument(..., metavar="DIR_B"),
             as_json: bool = typer.Option(False, "--json"),
-            threshold: float = typer.Option(0.1, "--threshold", help="speed ratio outside 1±this counts as a change")) -> None:
+            threshold: float = typer.Option(0.0, "--threshold", help="also require the speed ratio outside 1±this "
+                                            "(0: the interval alone, as decide judges; a workload difference refuses any call)")) -> None:
     """Same configurations across two sweeps: what changed verdict or speed (B/A)."""
     from rich.markup import escape
 
@@ -235,6 +236,8 @@ def compare(dir_a: Path = typer.Argument(..., metavar="DIR_A"), dir_b: Path = ty
         return
     for line in res["environment"]:
         out.print(f"environment: {line}", markup=False, highlight=False)
+    for line in res["workload"]:
+        out.print(f"workload differs: {line} (no speed compared)", markup=False, highlight=False)
     t = Table(title=f"A={res['a']['name']} ({dir_a})  B={res['b']['name']} ({dir_b})", title_justify="left")
     for col in ("config", "A", "B", "A tok/s", "B tok/s", "B/A", "change"):
         t.add_column(col, justify="right" if "tok" in col or col == "B/A" else "left")

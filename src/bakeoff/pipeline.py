@@ -201,9 +201,20 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None,
                         stop.on_stop = executor.interrupt
 
                 sweep.relaunch = relaunch
+
+                def race_launch(rec: TrialRecord, n: int) -> dict | None:  # bench.resolve: one launch in the race
+                    try:
+                        return launch_again(spec, host, out_dir, model_path, rec, n, progress=events.phase,
+                                            should_stop=stop.stopped.is_set,
+                                            on_runner=lambda runner: setattr(stop, "on_stop", runner.abort_current))
+                    finally:
+                        stop.on_stop = executor.interrupt
+
+                sweep.race_launch = race_launch
                 why = _loop(sweep)
                 if why in ("done", "budget"):  # a budget caps trials; the baseline's relaunches are not trials
                     _relaunch_baseline(sweep, at_end=True)
+                    _race(sweep)
             store.set_progress(None, why)
         decide.save(store)
         report = write_reports(out_dir, store)
@@ -240,6 +251,7 @@ class Sweep:
     started: float = 0.0
     gave_up: dict[str, dict] = field(default_factory=dict)  # key -> config: the host failed under it this run
     relaunch: Callable[[], dict | None] = lambda: None  # one more launch of the baseline (measure.remeasure)
+    race_launch: Callable[[TrialRecord, int], dict | None] = lambda rec, n: None  # one launch in the race (launch_again)
 
     def current(self) -> list[TrialRecord]:
         """This spec's trials (stale ones from an edited spec left out), in order."""
@@ -315,6 +327,93 @@ def _relaunch_baseline(sw: Sweep, at_end: bool) -> None:
         have += 1
     if have > start:
         decide.save(sw.store)
+
+
+# -- the race (bench.resolve): measurement where the decision is ---------------------------------
+RACE_RUN_IDX = 7000  # the race's n-th launch logs to logs/<7000 + n>-<key>.log
+
+
+def _race(sw: Sweep) -> None:
+    """After the screening round, launch the contenders and the baseline again in paired blocks
+    until each contender is settled or the budget is spent (bakeoff.decide.race). The race is
+    stored in the meta ``race`` after every launch and decided again after every block, so a
+    killed sweep resumes it where it stopped (a block cut short is completed first)."""
+    race = _race_to_run(sw)
+    if race is None:
+        return
+    by_key = {t.key: t for t in sw.current()}
+    while not sw.stopped() and _hours_left(sw) and (keys := race.next_launches()):
+        sw.store.set_meta("race", race.to_json())  # the block planned: a resumed race completes it
+        for key in keys:
+            if sw.stopped() or not _hours_left(sw):
+                break
+            n = race.launches() + 1
+            sw.events.note(f"race (bench.resolve = {race.resolve:g}): launch {n} of at most {race.max_launches}: "
+                           f"{decide.label(by_key[key])}, block {len(race.blocks)}")
+            result = sw.race_launch(by_key[key], n)
+            if result is None:  # stopped: a cut launch says nothing
+                break
+            race.record(key, result)
+            sw.store.set_meta("race", race.to_json())
+        decide.save(sw.store)
+
+
+def _hours_left(sw: Sweep) -> bool:
+    """Whether ``plan.max_hours`` allows another launch (the race's launches are not trials:
+    ``plan.max_trials`` does not cap them, ``bench.max_extra_launches`` does)."""
+    hours = sw.spec.plan.max_hours
+    return hours is None or time.monotonic() - sw.started <= hours * 3600
+
+
+def _race_to_run(sw: Sweep):
+    """The stored race of this spec, resumed with the spec's resolve and budget; else a new race
+    of the contenders the screening round left (``race.contenders``); None when the spec asks
+    for none, the baseline did not pass, or nothing contends."""
+    from bakeoff.decide.race import Race, contenders
+    from bakeoff.decide.stats import Ratio
+
+    bench = sw.spec.bench
+    if bench.resolve is None or sw.stopped():
+        return None
+    stored = decide.race_of(sw.store)
+    if stored:
+        race = Race.from_json(stored)
+        race.resolve, race.max_launches = bench.resolve, bench.max_extra_launches
+        race.max_blocks = max(2, bench.max_extra_launches // 2)
+        return race
+    d = decide.save(sw.store)
+    base = next((t for t in sw.current() if t.is_baseline), None)
+    if base is None or not d.baseline_ok:
+        return None
+    ratios = {t.key: Ratio.from_json(t.metrics["vs_baseline"]) for t in sw.current()
+              if t.changed and t.verdict == "ok" and t.metrics.get("vs_baseline")}
+    keys = contenders(ratios, d.noise or 0.0)
+    if not keys:
+        return None
+    higher = next(iter(ratios.values())).higher_is_better
+    return Race.start(base.key, keys, bench.resolve, bench.max_extra_launches, sw.store.meta("identity") or "", higher)
+
+
+def launch_again(spec: Spec, host: Host, sweep_dir: Path, model_path: str, rec: TrialRecord, n: int, *,
+                 progress=None, should_stop: Callable[[], bool] = lambda: False,
+                 on_runner: Callable = lambda runner: None) -> dict | None:
+    """Launch and benchmark ``rec``'s configuration once more, as a trial is (logs to
+    ``logs/<7000 + n>-<key>.log``; nothing in the trial table changes); returns what the race
+    stores: its objective's samples and name and the requests measured, or why it failed; None
+    when stopped meanwhile (``on_runner``: see measure.remeasure)."""
+    from bakeoff.run.executors.base import Recorder, runner_for
+
+    runner = runner_for(spec, host, Recorder(), sweep_dir, model_path, progress=progress, should_stop=should_stop)
+    on_runner(runner)
+    again = runner.run(rec.with_(state="pending", verdict=None, metrics={}, attempts=0),
+                       Planned(RACE_RUN_IDX + n, rec.config, tuple(rec.changed)), None)
+    if should_stop():
+        return None
+    obj = decide.objective_of(again) if again.verdict == "ok" else None
+    if obj is None:
+        return {"failed": f"{again.verdict}: {again.detail}", "finished": time.time()}
+    return {"samples": obj.samples, "name": obj.name, "requests": decide.requests_measured(again.metrics, spec.bench.requests_per_level),
+            "finished": time.time()}
 
 
 def _propose(sw: Sweep, strategy, running: dict[str, Planned]) -> list[dict]:

@@ -504,6 +504,13 @@ class Bench(_Strict):
                                    "baseline is launched and benchmarked in all when a speed claim depends on the launch "
                                    "noise (interleaved with the trials when they run one at a time, the last at the end); "
                                    "fewer than 3 cannot measure it")
+    resolve: float | None = Field(default=None, description="the smallest difference (a fraction, e.g. 0.05) the decision "
+                                  "must resolve: after the screening round the contenders (intervals overlapping the best "
+                                  "one's) and the baseline are launched again in paired blocks, side by side in time, until "
+                                  "each is equivalent within ±resolve, clearly behind, faster, or resolved to ±resolve, or "
+                                  "bench.max_extra_launches is spent (bench/README.md: the race). None: no race")
+    max_extra_launches: int = Field(default=48, ge=4, le=400, description="with resolve: the race's launches at most (the "
+                                    "baseline's included); it also fixes the race's looks (one contender's blocks: half of it)")
     slo: Slo | None = Field(default=None, description="latency limits; with one, rank by goodput at the highest load meeting them")
     slo_search: Literal["concurrency", "rate"] = Field(default="concurrency", description="what the SLO search varies")
     slo_max_load: float = Field(default=32, gt=0, description="the SLO search's upper bound (concurrency or req/s)")
@@ -515,6 +522,14 @@ class Bench(_Strict):
     def _noise_range(cls, v: float | str) -> float | str:
         if not isinstance(v, str) and not 0 <= v < 1:
             raise ValueError('must be "auto" or a fraction from 0 up to (not including) 1, e.g. 0.05')
+        return v
+
+    @field_validator("resolve")
+    @classmethod
+    def _resolve_range(cls, v: float | None) -> float | None:
+        if v is not None and not 0.005 <= v <= 0.5:
+            raise ValueError(f"{v} is not a resolvable difference; valid: a fraction from 0.005 to 0.5 (e.g. 0.05 "
+                             "for 5 %), or leave it out for no race")
         return v
 
     @field_validator("concurrency")

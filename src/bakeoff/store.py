@@ -317,6 +317,8 @@ def identity_parts(spec: Any, fingerprint: dict) -> dict:
     for table, name, off in ADDED_LATER:  # at its "off" value: the identity of a sweep made before the field existed
         if parts.get(table) is not None and parts[table].get(name, off) == off:
             parts[table] = {k: v for k, v in parts[table].items() if k != name}
+    if parts.get("bench") is not None:  # how far the race goes changes no launch's figures: a finer resolve resumes
+        parts["bench"] = {k: v for k, v in parts["bench"].items() if k not in ("resolve", "max_extra_launches")}
     parts["axes"] = [{k: a.get(k) for k in ("name", "flag", "env", "model", "style")} for a in d.get("axes", [])]
     parts["baseline"] = {k: str(v) for k, v in spec.baseline_config().items()}
     parts["engine_version"] = fingerprint.get("engine_version")

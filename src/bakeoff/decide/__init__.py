@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import math
 import shlex
+import statistics
 from dataclasses import asdict, dataclass, field
 
-from bakeoff.decide.stats import (MIN_LAUNCHES, LaunchNoise, Ratio, launch_noise, mean_interval, ratio_interval,
-                                  ratio_vs_launches, relative_half_width)
+from bakeoff.decide.race import Race, looks
+from bakeoff.decide.stats import (CONFIDENCE, MIN_LAUNCHES, POWER, LaunchNoise, Ratio, blocks_needed, launch_noise, mde,
+                                  mean_interval, ratio_interval, ratio_vs_launches, relative_half_width, _logs)
 from bakeoff.plan import Planned
 from bakeoff.store import Store, TrialRecord
 
@@ -106,6 +108,7 @@ class Decision:
     thinking: str = ""                  # how a reasoning model's thinking was asked for and judged (thinking_line)
     noise_line: str = ""                # the launch noise the comparisons counted, and the drift (noise_line)
     baseline_figure: str = ""           # the baseline's figure over its launches, when they were pooled
+    resolution: dict = field(default_factory=dict)  # what the sweep could resolve (resolution): mde, launches, cost, race
 
     def summary_lines(self) -> list[str]:
         """The recommendation, its cautions and the fallbacks: every output prints these lines."""
@@ -133,7 +136,7 @@ class Decision:
 
 
 def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None,
-           baseline_runs: list[dict] | None = None) -> tuple[Decision, list[TrialRecord]]:
+           baseline_runs: list[dict] | None = None, race: dict | None = None) -> tuple[Decision, list[TrialRecord]]:
     """The decision over this spec's trials, and the trials with their final verdicts.
 
     ``baseline_runs``: the baseline's metrics from its later launches in the sweep
@@ -141,7 +144,8 @@ def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None
     three launches in all, every comparison is made against the baseline's mean over its
     launches, with the launch noise they show (``stats.ratio_vs_launches``); otherwise against
     its first launch with the configured launch noise. The last run against the first is the
-    drift reported."""
+    drift reported. ``race``: the stored race (``bench.resolve``, bakeoff.decide.race); a
+    contender that raced is compared by its paired blocks instead of its screening launch."""
     base = next((t for t in trials if t.is_baseline), None)
     base_ok = base is not None and judged(base) in CORRECT
     base_obj = objective_of(base) if base_ok else None
@@ -165,15 +169,26 @@ def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None
         mid, lo, hi = noise.figure()
         d.baseline_figure = f"{_num(mid)} {base_obj.name} (95 % CI {_num(lo)}–{_num(hi)}, {noise.launches} launches, {n_base} runs)"
     final = []
+    raced = Race.from_json(race) if race and base_obj else None
+    paired = {k: raced.paired(k).ratio() for k in raced.keys()} if raced else {}
+    paired = {k: r for k, r in paired.items() if r.lo is not None}  # fewer than two blocks: the screening's figure
     for t in trials:
-        rec, info = _final(t, base, base_obj, base_ok, slow_fraction, between, noise, n_base)
+        rec, info = _final(t, base, base_obj, base_ok, slow_fraction, between, noise, n_base, paired.get(t.key))
         d.verdicts[t.key] = info
         final.append(rec)
-    _recommend(d, final, base, base_obj)
     if any(t.metrics.get("vs_baseline") for t in final if t.changed):
+        d.resolution = resolution(spec, final, noise, between, raced, runs)
+    _recommend(d, final, base, base_obj)
+    if d.resolution:
         d.noise_line = noise_line(d)
     if d.drift and d.drift["call"] != "tie":
         d.cautions.append(d.drift["caution"])
+    for k in (raced.keys() if raced else []):
+        if why := raced.failed(k):
+            d.cautions.append(f"FLAKY: {_label_of(trials, k)} failed when launched again in the race ({why}): "
+                              "a configuration that passes once and fails on a relaunch is not known-good.")
+    if raced and (why := raced.failed(raced.base_key)):
+        d.cautions.append(f"FLAKY BASELINE: launched again in the race it failed ({why}); the race stopped there.")
     for r in baseline_runs or []:
         if r and r.get("failed"):
             d.cautions.append(f"FLAKY BASELINE: launched again (launch {r.get('launch', '?')} of the sweep) it failed: "
@@ -213,7 +228,99 @@ def noise_line(d: Decision) -> str:
         line = f"Launch noise: {ln.get('sd', 0) * 100:.0f} % ({ln.get('why', 'none')}), added to every comparison"
     if d.drift:
         line += f"; the baseline's last launch was {d.drift['describe']} its first"
-    return line + "."
+    res = d.resolution or {}
+    return " ".join([line + ".", *res.get("race_sentences", []), res["sentence"]] if res.get("sentence") else [line + "."])
+
+
+def resolution(spec: dict, trials: list[TrialRecord], noise: LaunchNoise | None, between: float,
+               race: Race | None, runs: list[dict]) -> dict:
+    """What this sweep could resolve, stated in every output: the smallest difference from the
+    baseline its screening round detects with 90 % power (``stats.mde``: a one-launch trial against
+    the baseline's launches, as compared), the launches and requests spent, what resolving
+    ``bench.resolve`` (else 5 %) would cost in paired launches, and one sentence per contender
+    that raced (``race_sentences``)."""
+    bench = spec.get("bench") or {}
+    target = bench.get("resolve") or 0.05
+    launched = [t for t in trials if t.is_finished() and (t.metrics or {}).get("levels")]
+    per_level = bench.get("requests_per_level", 8)
+    launches = len(launched) + len(runs) + (race.launches() if race else 0)
+    requests = (sum(requests_measured(t.metrics, per_level) for t in launched) + sum(requests_measured(r, per_level) for r in runs)
+                + (sum(r.get("requests", 0) for b in race.blocks for r in b["runs"].values()) if race else 0))
+    if noise is not None:  # a trial that repeats like the baseline's launches, against their mean
+        var_launch, se, df = noise.var_launch, math.sqrt(noise.sd ** 2 + noise.within + noise.pooled_var), noise.df
+    else:
+        base = next((objective_of(t) for t in trials if t.is_baseline and objective_of(t)), None)
+        within = (statistics.variance(_logs(base.samples)) / len(base.samples)
+                  if base and len(_logs(base.samples)) > 1 else 0.0)
+        var_launch, se, df = between ** 2 + within, math.sqrt(2 * (between ** 2 + within)), math.inf
+    screening = math.expm1(mde(se, df))
+    budget = bench.get("max_extra_launches", 48)
+    sd_block = math.sqrt(2 * var_launch)
+    blocks = blocks_needed(sd_block, target, (1 - CONFIDENCE) / len(looks(budget // 2))) if sd_block > 0 else 2
+    if blocks > budget // 2:  # a larger budget looks more often: each look spends less
+        blocks = blocks_needed(sd_block, target, (1 - CONFIDENCE) / len(looks(blocks)))
+    out = {"screening_mde": screening, "power": POWER, "launches": launches, "requests": requests,
+           "target": race.resolve if race is not None else target, "blocks_to_resolve": blocks}
+    cost = (f"resolving {_pct(target)} would take about {2 * blocks} more launches per contender "
+            f"(bench.resolve = {target:g}{'' if 2 * blocks <= budget else f', bench.max_extra_launches = {2 * blocks}'}: "
+            "the contender and the baseline in paired blocks)")
+    if race is not None:
+        states = race.status()
+        out["race"] = {k: {"state": st, **race.paired(k).ratio().to_json(),
+                           "resolvable": race.paired(k).resolvable()} for k, st in states.items()}
+        out["race_sentences"] = [_race_sentence(_label_of(trials, k), st, race, k) for k, st in states.items()]
+        cost = f"the race (bench.resolve = {race.resolve:g}) spent {race.launches()} of its {race.max_launches} launches"
+    out["sentence"] = (f"Resolution: a configuration launched once differs detectably (90 % power) from the baseline "
+                       f"from {_pct(screening)}; this sweep spent {launches} launches and {requests} measured requests; {cost}.")
+    return out
+
+
+RACE_SHORT = {"equivalent": "equivalent", "behind": "behind", "better": "faster", "resolved": "tied, resolved",
+              "unresolved": "not resolved", "failed": "failed on a relaunch", "racing": "still racing"}
+
+
+def _race_sentence(name: str, state: str | None, race: Race, key: str) -> str:
+    """One contender's outcome of the race, as the reader acts on it."""
+    p = race.paired(key)
+    r = p.ratio()
+    if state == "failed":
+        return f"{name}: failed when launched again in the race ({race.failed(key)}): not known to run reliably."
+    if r.lo is None:
+        return f"{name}: raced {p.blocks} block(s), too few for an interval; `bakeoff run` again resumes the race."
+    half = math.sqrt(r.hi / r.lo) - 1
+    what = f"{r.describe()} the baseline"
+    if state == "equivalent":
+        return f"{name}: equivalent within ±{_pct(race.resolve)} of the baseline ({what}): keep the default."
+    if state == "behind":
+        return f"{name}: clearly behind ({what}): dropped from the race."
+    if state == "better":
+        return f"{name}: faster, resolved ({what})."
+    if state == "resolved":
+        return f"{name}: resolved to ±{_pct(half)} ({what}): no difference of {_pct(race.resolve)} either way is hidden in it."
+    need = p.blocks_to_resolve() or p.blocks
+    more = (f"its {p.blocks} blocks detect {_pct(p.resolvable())} with 90 % power; "
+            f"about {2 * max(need - p.blocks, 1)} more launches would resolve {_pct(race.resolve)}")
+    if state is None:
+        return f"{name}: still racing, ±{_pct(half)} so far ({what}); `bakeoff run` again resumes the race; {more}."
+    return f"{name}: not resolved: ±{_pct(half)} ({what}); {more}."
+
+
+def _pct(x: float) -> str:
+    """0.05 -> '5 %' (the house style)."""
+    return f"{x * 100:.0f} %"
+
+
+def requests_measured(metrics: dict, per_level: int) -> int:
+    """The measured requests of one launch: repetitions × requests per level, over its levels."""
+    n = 0
+    for lv in (metrics or {}).get("levels") or []:
+        reps = ((lv.get("samples") or {}).get("output_tok_s")) or [None]
+        n += len(reps) * per_level
+    return n
+
+
+def _label_of(trials: list[TrialRecord], key: str) -> str:
+    return next((label(t) for t in trials if t.key == key), key)
 
 
 def thinking_line(spec: dict, trials: list[TrialRecord]) -> str:
@@ -269,7 +376,7 @@ class _Metrics:
 
 def _final(t: TrialRecord, base: TrialRecord | None, base_obj: Objective | None, base_ok: bool,
            slow_fraction: float, between: float = 0.0, noise: LaunchNoise | None = None,
-           n_base: int = 0) -> tuple[TrialRecord, dict]:
+           n_base: int = 0, paired: Ratio | None = None) -> tuple[TrialRecord, dict]:
     verdict, detail = judged(t), t.metrics.get("judged_detail", t.detail)
     metrics = {k: v for k, v in t.metrics.items() if k not in ("vs_baseline", "unverified", "ratio_vs_baseline")}
     if not t.is_finished():
@@ -285,6 +392,8 @@ def _final(t: TrialRecord, base: TrialRecord | None, base_obj: Objective | None,
         obj = objective_of(t)
         if not (obj and base_obj):
             r = None
+        elif paired is not None:  # it raced: its paired blocks, side by side with the baseline's launches
+            r = paired
         elif noise is not None:
             r = ratio_vs_launches(obj.samples, noise, n_base=n_base, higher_is_better=obj.higher_is_better)
         else:
@@ -334,6 +443,11 @@ def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None,
         win = base
         ln = f"; {d.launch_noise['describe']}" if d.launch_noise else ""
         noise = f" (±{d.noise * 100:.0f} % here{ln})" if d.noise is not None else ""
+        if (d.resolution or {}).get("race"):  # the race measured further: its outcome is the noise that counts
+            within = f" within ±{_pct(d.resolution['target'])}"
+            noise = " (the race in paired launches: " + "; ".join(
+                f"{_label_of(trials, k)} {RACE_SHORT[v['state'] or 'racing']}" + (within if v["state"] == "equivalent" else "")
+                for k, v in d.resolution["race"].items()) + ")"
         tied = [t for t in ranked if t.changed and (r := ratio(t)) is not None and r.call == "tie"]
         if not any(t.changed for t in ranked):
             d.headline = ("Recommended: the baseline — no other configuration passed correctness "
@@ -409,7 +523,7 @@ def save(store: Store) -> Decision:
     """Decide over the store's current trials; write final verdicts and the decision back."""
     sweep = store.sweep() or {"spec": {}}
     trials = store.current()
-    d, final = decide(sweep["spec"], trials, store.meta("stop_reason"), baseline_runs(store))
+    d, final = decide(sweep["spec"], trials, store.meta("stop_reason"), baseline_runs(store), race_of(store))
     for old, new in zip(trials, final):
         if new != old:
             store.save(new)
@@ -421,7 +535,7 @@ def load(store: Store) -> Decision:
     """The stored decision (made by ``save``); an older store without one is decided now."""
     data = store.meta("decision")
     return Decision.from_json(data) if data else decide((store.sweep() or {}).get("spec") or {}, store.current(),
-                                                        baseline_runs=baseline_runs(store))[0]
+                                                        baseline_runs=baseline_runs(store), race=race_of(store))[0]
 
 
 def baseline_launches_wanted(spec: dict, trials: list[TrialRecord]) -> int:
@@ -457,3 +571,10 @@ def baseline_runs(store: Store) -> list[dict]:
     runs = [r for r in store.meta("baseline_runs") or [] if r.get("identity", identity) == identity]
     legacy = store.meta("baseline_again")
     return runs or ([legacy] if legacy else [])
+
+
+def race_of(store: Store) -> dict | None:
+    """The stored race (``bench.resolve``) of the store's current identity, or None (an edited
+    spec's race is not its own)."""
+    race = store.meta("race")
+    return race if race and race.get("identity", "") == (store.meta("identity") or "") else None

@@ -11,6 +11,7 @@ there is no interval, and no claim.
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from dataclasses import asdict, dataclass
@@ -31,6 +32,7 @@ class Ratio:
     n_base: int
     higher_is_better: bool = True
     base_launches: int = 1  # the baseline's launches the comparison pooled (ratio_vs_launches)
+    blocks: int = 0  # paired blocks (Paired: each a launch of both, side by side in time), 0 when not paired
 
     @property
     def call(self) -> str:
@@ -48,13 +50,15 @@ class Ratio:
         if self.lo is None:
             return f"{self.ratio:.2f}x (no interval: {min(self.n_trial, self.n_base)} run(s))"
         launches = f" in {self.base_launches} launches" if self.base_launches > 1 else ""
+        if self.blocks:
+            return f"{self.ratio:.2f}x (race-wide 95 % CI {self.lo:.2f}–{self.hi:.2f}, {self.blocks} paired launches each)"
         return (f"{self.ratio:.2f}x (95 % CI {self.lo:.2f}–{self.hi:.2f}, "
                 f"{self.n_trial} vs {self.n_base} runs{launches})")
 
     @classmethod
     def from_json(cls, v: dict) -> "Ratio":
         return cls(**{k: v[k] for k in ("ratio", "lo", "hi", "n_trial", "n_base", "higher_is_better")},
-                   base_launches=v.get("base_launches", 1))
+                   base_launches=v.get("base_launches", 1), blocks=v.get("blocks", 0))
 
     def to_json(self) -> dict:
         return {**asdict(self), "call": self.call}
@@ -206,3 +210,113 @@ def _mean(xs: list[float]) -> float:
 
 def _spread(xs: list[float]) -> float:
     return max(xs) - min(xs)
+
+
+# -- resolving a difference: paired blocks, looks, equivalence (bench.resolve) ---------------
+POWER = 0.90  # the power every "could resolve" figure is stated at
+
+
+@dataclass(frozen=True)
+class Paired:
+    """A contender against the baseline measured in blocks, each block one launch of the baseline
+    and one of the contender next to each other in time (ABAB…, the order alternating), compared
+    within the block: ``diffs`` holds one difference of mean logs (contender − baseline) per block.
+
+    The machine's drift moves both launches of a block alike and cancels in the difference; what
+    is left is two launches' noise, which the blocks' own spread measures (Student's t, blocks − 1
+    degrees of freedom). The race looks at the blocks after each one, up to ``looks`` times, so
+    each look spends α/looks (Bonferroni): a false "faster" over the whole race stays ≤ α however
+    early it stops. ``resolve``: the margin of equivalence (±, a fraction)."""
+
+    diffs: tuple[float, ...]
+    looks: int
+    resolve: float
+    higher_is_better: bool = True
+    confidence: float = CONFIDENCE
+
+    @property
+    def blocks(self) -> int:
+        return len(self.diffs)
+
+    @property
+    def alpha(self) -> float:
+        """The error rate one look may spend."""
+        return (1 - self.confidence) / max(self.looks, 1)
+
+    @property
+    def sd(self) -> float | None:
+        """The sample standard deviation of the blocks' differences (None with one block)."""
+        if self.blocks < 2:
+            return None
+        m = _mean(list(self.diffs))
+        return math.sqrt(sum((x - m) ** 2 for x in self.diffs) / (self.blocks - 1))
+
+    def half_width(self, two_sided_alpha: float | None = None) -> float | None:
+        """The half-width (log) of the interval of the mean difference at this look."""
+        if self.sd is None:
+            return None
+        a = self.alpha if two_sided_alpha is None else two_sided_alpha
+        return _t_quantile(1 - a / 2, self.blocks - 1) * self.sd / math.sqrt(self.blocks)
+
+    def ratio(self) -> Ratio:
+        """The contender's ratio to the baseline with this look's interval (a ``Ratio``: the same
+        call, describe and storage as every other comparison)."""
+        d = _mean(list(self.diffs))
+        half = self.half_width()
+        lo, hi = (None, None) if half is None else (math.exp(d - half), math.exp(d + half))
+        return Ratio(math.exp(d), lo, hi, self.blocks, self.blocks, self.higher_is_better, blocks=self.blocks)
+
+    @property
+    def equivalent(self) -> bool:
+        """Two one-sided tests (TOST) at this look's α: the interval at 1 − 2α lies within
+        ±``resolve`` of the baseline (on logs: within ±log(1 + resolve))."""
+        half = self.half_width(2 * self.alpha)
+        if half is None:
+            return False
+        margin = math.log1p(self.resolve)
+        return abs(_mean(list(self.diffs))) + half < margin
+
+    def resolvable(self, power: float = POWER) -> float | None:
+        """The smallest difference (a fraction) these blocks detect with ``power``: (t_{1−α/2} +
+        t_power) · sd / √blocks, on logs."""
+        if self.sd is None:
+            return None
+        return math.expm1(mde(self.sd / math.sqrt(self.blocks), self.blocks - 1, self.alpha, power))
+
+    def blocks_to_resolve(self, power: float = POWER, cap: int = 10_000) -> int | None:
+        """How many blocks in all would resolve ``resolve`` with ``power`` at this spread."""
+        return blocks_needed(self.sd, self.resolve, self.alpha, power, cap) if self.sd else None
+
+
+def mde(se: float, df: float, alpha: float = 1 - CONFIDENCE, power: float = POWER) -> float:
+    """The minimum detectable effect (log) of a two-sided test at ``alpha`` with ``power``, for a
+    difference measured with standard error ``se`` (Student's t with ``df``; normal when infinite)."""
+    q = (lambda p: _t_quantile(p, df)) if math.isfinite(df) and df > 0 else stats.norm.ppf
+    return (q(1 - alpha / 2) + q(power)) * se
+
+
+def blocks_needed(sd: float, resolve: float, alpha: float, power: float = POWER, cap: int = 10_000) -> int:
+    """The fewest paired blocks whose minimum detectable effect is within ``resolve`` (a fraction),
+    when one block's difference has standard deviation ``sd`` (log); ``cap`` when even that is not enough."""
+    target = math.log1p(resolve)
+    b = 2
+    while b < cap and mde(sd / math.sqrt(b), b - 1, alpha, power) > target:
+        b = b + 1 if b < 64 else int(b * 1.25)
+    return min(b, cap)
+
+
+@functools.lru_cache(maxsize=4096)
+def _t_quantile(p: float, df: float) -> float:
+    """Student's t quantile (cached: a race asks for the same few at every look)."""
+    return float(stats.t.ppf(p, df))
+
+
+def block_diffs(base: list[list[float]], trial: list[list[float]]) -> tuple[float, ...]:
+    """One difference of mean logs per block (trial − baseline), over the blocks where both
+    sides measured something."""
+    out = []
+    for b, t in zip(base, trial):
+        lb, lt = _logs(b), _logs(t)
+        if lb and lt:
+            out.append(_mean(lt) - _mean(lb))
+    return tuple(out)
