@@ -136,3 +136,29 @@ def test_the_baseline_was_launched_as_often_as_the_decision_wanted(sweep):
         assert "4 launches" in d.headline or any("in 4 launches" in (f.sentence or "") for f in d.fallbacks + [d.winner])
     else:
         assert d.launch_noise["source"] in ("default", "drift")
+
+
+def test_the_command_to_deploy_is_plans_command_on_the_users_port(sweep):
+    """The recommendation and every fallback are the commands to deploy: `bakeoff plan`'s command
+    for that trial, word for word, on the engine's own port (8080 for llama-server, the spec sets
+    none): never the free port the trial happened to run on."""
+    from bakeoff import decide
+
+    plan = subprocess.run([sys.executable, "-m", "bakeoff.cli", "plan", str(sweep["dir"].parent / "spec.toml"), "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    import json
+
+    planned = {t["idx"]: t["command"] for t in json.loads(plan.stdout)}
+    with Store(sweep["dir"]) as store:
+        d = decide.load(store)
+        ran_on = {t.idx: t.port for t in store.trials()}
+    picks = [d.winner, *d.fallbacks]
+    assert d.winner is not None
+    for pick in picks:
+        assert pick.command == planned[pick.idx]
+        assert "--port 8080" in pick.command and f"--port {ran_on[pick.idx]}" not in pick.command
+    report = (sweep["dir"] / "report.md").read_text()
+    stdout = sweep["stdout"]
+    assert report.count(d.winner.command) >= 1
+    assert stdout.count(f"Command: {d.winner.command}") == 1, "the recommendation is printed once at the end of run"

@@ -57,7 +57,7 @@ CASES = [
     ("axis_flag_and_env", GOOD.replace('flag = "--flash-attn"', 'flag = "--flash-attn"\nenv = "FA"'), "axes.0: axis 'flash_attn': give exactly one of"),
     ("axis_bad_flag_value", GOOD.replace('["off", "on"]', '["off", "onn"]'), "axes.flash_attn: --flash-attn: 'onn' is not a valid choice (did you mean on?)"),
     ("axis_unknown_flag", GOOD.replace('"--flash-attn"', '"--flash-atten"'), "not a flag of llama-server"),
-    ("engine_option_unknown", GOOD + '[engine_options]\nbinry = "x"\n', "engine_options:"),
+    ("engine_option_unknown", GOOD + '[engine_options]\nbinry = "x"\n', "engine_options.binry: unknown option for engine 'llamacpp' (did you mean binary?)"),
     ("force_not_axis_value", GOOD + '[plan]\nforce = ["flash_attn=maybe"]\n', "plan.force"),
 ]
 

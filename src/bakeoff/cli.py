@@ -15,14 +15,42 @@ from rich.table import Table
 
 from bakeoff.errors import BakeoffError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Find the fastest inference configuration that is actually correct.")
-console = Console(stderr=True)
-out = Console()
+# help names each argument by its metavar (SPEC, DIR), never by a Python type ("<path>")
+typer.core.TyperArgument.display_type_rich = lambda self, ctx: None
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]},
+                  help="Find the fastest inference configuration that is actually correct.")
+# soft_wrap: a message is one line whatever the output (a terminal, a pipe, CI): never cut at 80 columns
+console = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True)
+
+
+def _one_line(text: str) -> str:
+    """An error message as one line: its lines joined with "; " (a spec with two bad fields)."""
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
 def _fail(err: BakeoffError) -> None:
-    console.print(f"error: {err}", style="red", highlight=False, markup=False)
+    console.print(f"error: {_one_line(err)}", style="red", highlight=False, markup=False)
     raise typer.Exit(err.exit_code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("bakeoff")
+        except PackageNotFoundError:  # pragma: no cover - run from a source tree without install
+            v = "unknown"
+        out.print(f"bakeoff {v}", markup=False, highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                       help="print bakeoff's version and exit")) -> None:
+    """Find the fastest inference configuration that is actually correct."""
 
 
 class _LiveView:
@@ -61,9 +89,9 @@ class _LiveView:
 @app.command()
 def run(
     spec_path: Path = typer.Argument(..., metavar="SPEC", help="sweep spec (TOML)"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="sweep directory (default: runs/<spec name>)"),
-    executor: Optional[str] = typer.Option(None, "--executor", help="local or ray (overrides the spec)"),
-    known_bad: list[Path] = typer.Option([], "--known-bad", help="compatibility-matrix JSON of configurations known broken"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="sweep directory (default: runs/<spec name>)"),
+    executor: Optional[str] = typer.Option(None, "--executor", metavar="local|ray", help="where trials run (overrides the spec)"),
+    known_bad: list[Path] = typer.Option([], "--known-bad", metavar="FILE", help="compatibility-matrix JSON of configurations known broken"),
 ) -> None:
     """Run (or resume) a sweep; writes DIR/report.md and the store DIR/bakeoff.sqlite."""
     from bakeoff import spec as specmod
@@ -84,11 +112,23 @@ def run(
             view.p.done = True
     except BakeoffError as err:
         _fail(err)
-    out.print(report_path.read_text(), markup=False, highlight=False, soft_wrap=True)
-    console.print(f"report: {report_path}")
-    for line in decision_lines(out_dir):  # the last lines: the stored decision, word for word
-        out.print(line, markup=False, highlight=False, soft_wrap=True)
+    _print_result(out_dir, report_path)
     _fail_on_host_errors(out_dir)
+
+
+def _print_result(out_dir: Path, report_path: Path) -> None:
+    """The end of `bakeoff run`, each thing once: the report's trials and failures, then the
+    stored decision word for word as the last lines (the report file holds both)."""
+    from bakeoff.report.markdown import render
+    from bakeoff.store import open_readonly
+
+    with open_readonly(out_dir) as store:
+        body = render(store, recommendation=False)
+    out.print(body, markup=False, highlight=False, soft_wrap=True)
+    out.print("## Recommendation\n", markup=False, highlight=False)
+    for line in decision_lines(out_dir):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"report: {report_path}", markup=False, highlight=False)
 
 
 def decision_lines(sweep_dir: Path) -> list[str]:
@@ -178,7 +218,7 @@ def report(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
 @app.command()
 def status(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
            watch: bool = typer.Option(False, "--watch", help="refresh until the sweep is done or its run is gone"),
-           interval: float = typer.Option(1.0, "--interval", help="seconds between refreshes with --watch")) -> None:
+           interval: float = typer.Option(1.0, "--interval", metavar="SECONDS", help="seconds between refreshes with --watch")) -> None:
     """Show a sweep's progress from its store (a run in another terminal): running trial, finished rows."""
     from bakeoff.report.status import from_store, render, runner_of
     from bakeoff.store import open_readonly
@@ -201,7 +241,7 @@ def status(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
 
 @app.command()
 def export(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
-           output: Optional[Path] = typer.Option(None, "-o", "--output", help="file to write (default DIR/compat-matrix.json)")) -> None:
+           output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="file to write (default DIR/compat-matrix.json)")) -> None:
     """Write the sweep's compatibility matrix (environment, per-value and per-config verdicts) as JSON."""
     from bakeoff.report.matrix import write_matrix
     from bakeoff.store import open_readonly
@@ -217,7 +257,7 @@ def export(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
 @app.command()
 def compare(dir_a: Path = typer.Argument(..., metavar="DIR_A"), dir_b: Path = typer.Argument(..., metavar="DIR_B"),
             as_json: bool = typer.Option(False, "--json"),
-            threshold: float = typer.Option(0.1, "--threshold", help="speed ratio outside 1±this counts as a change")) -> None:
+            threshold: float = typer.Option(0.1, "--threshold", metavar="FRACTION", help="speed ratio outside 1±this counts as a change")) -> None:
     """Same configurations across two sweeps: what changed verdict or speed (B/A)."""
     from rich.markup import escape
 
@@ -251,8 +291,8 @@ def compare(dir_a: Path = typer.Argument(..., metavar="DIR_A"), dir_b: Path = ty
 @app.command()
 def triage(
     log: Path = typer.Argument(..., metavar="LOG"),
-    exit_code: Optional[int] = typer.Option(None, "--exit-code", help="the process's exit status (negative = signal)"),
-    engine: Optional[str] = typer.Option(None, "--engine", help="engine that wrote the log"),
+    exit_code: Optional[int] = typer.Option(None, "--exit-code", metavar="N", help="the process's exit status (negative = signal)"),
+    engine: Optional[str] = typer.Option(None, "--engine", metavar="NAME", help="engine that wrote the log"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Name the cause of a failed launch from its log, with the lines that prove it."""
@@ -278,8 +318,8 @@ def triage(
 @app.command()
 def preflight(spec_path: Optional[Path] = typer.Argument(None, metavar="[SPEC]", help="probe what this spec's axis values need"),
               as_json: bool = typer.Option(False, "--json", help="print the results as JSON"),
-              out_file: Optional[Path] = typer.Option(None, "--out", help="also write the results JSON here"),
-              only: list[str] = typer.Option([], "--only", help="probe name glob (repeatable; default: all)")) -> None:
+              out_file: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="also write the results JSON here"),
+              only: list[str] = typer.Option([], "--only", metavar="GLOB", help="probe name glob (repeatable; default: all)")) -> None:
     """Probe each backend directly (seconds): unsupported, compile-failed, nan, mismatch or ok."""
     from bakeoff.preflight.cli import run_preflight
 
@@ -290,12 +330,26 @@ def preflight(spec_path: Optional[Path] = typer.Argument(None, metavar="[SPEC]",
     out.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    """The `bakeoff` process: a usage error (unknown flag, missing argument, bad value) is one
+    line naming it and exit 2, like a bad spec; nothing prints a traceback on purpose."""
     try:
-        app()
+        rc = app(args=argv, standalone_mode=False)
+    except typer.Abort:
+        sys.exit(130)
+    except typer.TyperException as err:  # click's usage errors (typer vendors click): exit 2
+        ctx = getattr(err, "ctx", None)
+        if type(err).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            out.print(ctx.get_help(), markup=False, highlight=False)
+            sys.exit(2)
+        where = f"{ctx.command_path}: " if ctx is not None else ""
+        message = err.format_message() if hasattr(err, "format_message") else str(err)
+        console.print(f"error: {where}{_one_line(message)} (see -h)", style="red", markup=False, highlight=False)
+        sys.exit(getattr(err, "exit_code", 2))
     except BakeoffError as err:  # pragma: no cover - commands catch their own
-        console.print(f"error: {err}", style="red", markup=False)
+        console.print(f"error: {_one_line(err)}", style="red", markup=False)
         sys.exit(err.exit_code)
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

@@ -275,6 +275,13 @@ class Server(_Strict):
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SWEEP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+HOST_KINDS = ("local", "ssh")
+
+
+def _arg_names(args: list[str], flag: str) -> bool:
+    """``flag`` is given in ``args`` (as its own element or as ``flag=value``)."""
+    return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
 # what bakeoff itself passes to lm_eval: a spec's extra ``args`` may not set these again
@@ -680,6 +687,39 @@ class Spec(_Strict):
                 raise ValueError(f"plan.force: {f!r} is not 'axis=value' of a declared axis")
         return self
 
+    # -- first contact (issue 25): inputs that used to pass without a word -------------------
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        """The name is the sweep directory's (runs/<name>): one plain path component."""
+        if not SWEEP_NAME.fullmatch(v) or v in (".", ".."):
+            raise ValueError(f"{v!r} is not a plain name: letters, digits, '_', '.', '-' (it names the directory runs/<name>)")
+        return v
+
+    @model_validator(mode="after")
+    def _host_kind(self) -> "Spec":
+        kind = self.host.get("kind", "local")
+        if kind not in HOST_KINDS:
+            from bakeoff.run.engines.base import suggest
+
+            raise ValueError(f"host.kind: unknown host kind {kind!r}{suggest(str(kind), list(HOST_KINDS))}; "
+                             f"valid: {', '.join(HOST_KINDS)}")
+        if kind == "local" and set(self.host) - {"kind"}:
+            extra = sorted(set(self.host) - {"kind"})
+            raise ValueError(f"host.{extra[0]}: unknown key for a local host (a local host takes only kind; "
+                             "did you mean kind = \"ssh\"?)")
+        return self
+
+    @model_validator(mode="after")
+    def _flag_set_once(self) -> "Spec":
+        """A flag is either fixed (``server.args``) or swept (an axis), never both: the engine
+        would get it twice and which one wins is the engine's guess."""
+        for a in self.axes:
+            if a.flag is not None and _arg_names(self.server.args, a.flag):
+                raise ValueError(f"server.args: {a.flag} is also axis {a.name!r}; give it in one place "
+                                 "(the axis's baseline value is what the fixed flag said)")
+        return self
+
     @model_validator(mode="after")
     def _thinking_sent(self) -> "Spec":
         if self.server.thinking != "auto" and self.bench.tool != "bakeoff":
@@ -716,13 +756,34 @@ def _format_error(err: ValidationError, source: str) -> str:
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = "unknown key" + _key_hint(e["loc"])
         if e["type"] == "missing":
             msg = "required key is missing"
         if "input" in e and e["type"] not in ("missing", "extra_forbidden") and not isinstance(e["input"], dict):
             msg += f" (got {e['input']!r})"
         lines.append(f"{loc}: {msg}")
     return f"{source}: invalid spec\n  " + "\n  ".join(lines)
+
+
+def _key_hint(loc: tuple) -> str:
+    """" (did you mean X?); valid: ..." for an unknown key at ``loc``: the keys of the model
+    that holds it, walked down from Spec."""
+    from bakeoff.run.engines.base import suggest
+
+    model: Any = Spec
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return ""
+        ann = field.annotation
+        args = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)]
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else (args[0] if args else None)
+        if model is None:
+            return ""
+    keys = list(getattr(model, "model_fields", {}))
+    return f"{suggest(str(loc[-1]), keys)}; valid: {', '.join(keys)}" if keys else ""
 
 
 def parse(data: dict, source: str = "<spec>") -> Spec:
@@ -732,6 +793,7 @@ def parse(data: dict, source: str = "<spec>") -> Spec:
         raise SpecError(_format_error(err, source)) from None
     _validate_host(spec, source)
     _validate_against_engine(spec, source)
+    _validate_own_flags(spec, source)
     return spec
 
 
@@ -803,6 +865,51 @@ def _validate_against_engine(spec: Spec, source: str) -> None:
                 raise SpecError(f"{source}: axes.{axis.name}: {err}") from None
             except (TypeError, ValueError, OSError) as err:  # engine_options are user input too
                 raise SpecError(f"{source}: engine_options: cannot check axes.{axis.name} with these options: {err}") from None
+
+
+_SENTINELS = {"\x00model\x00": "model.path", "\x00host\x00": "server.host", "1": "server.port",
+              "\x00name\x00": "model.name"}
+
+
+def own_flags(engine) -> dict[str, str]:
+    """Flags bakeoff itself puts on the engine's command -> the spec field that sets them
+    (``--port`` -> server.port), read from the engine's own command with marked values; for an
+    engine whose program cannot be found here, just ``--host`` and ``--port``."""
+    from bakeoff.run.engines.base import LaunchContext
+
+    marks = {v: k for k, v in _SENTINELS.items()}
+    ctx = LaunchContext(model=marks["model.path"], host=marks["server.host"], port=1, args=[], axis_args=[],
+                        served_model_name=marks["model.name"])
+    try:
+        argv = engine.command(ctx)
+    except SpecError:
+        return {"--host": "server.host", "--port": "server.port"}
+    out = {}
+    for flag, value in zip(argv, argv[1:]):
+        for mark, field in _SENTINELS.items():
+            if flag.startswith("-") and (value == mark or (mark != "1" and mark in value)):
+                out[flag] = field
+    return out
+
+
+def _validate_own_flags(spec: Spec, source: str) -> None:
+    """``server.args`` and the axes do not set what bakeoff sets (the model, host, port, served
+    name: each has its own spec field); a generic command has a ``{port}`` to run trials on."""
+    from bakeoff.run.engines.base import get_engine
+
+    engine = get_engine(spec.engine, **spec.engine_options)
+    template = getattr(engine, "template", None)
+    if template is not None and not any("{port}" in part for part in template):
+        raise SpecError(f"{source}: engine_options.command: no {{port}} in {template!r}; bakeoff runs each trial on "
+                        "a port of its own and the command to deploy on server.port (e.g. \"--port\", \"{port}\")")
+    owned = own_flags(engine)
+    for flag, field in owned.items():
+        if _arg_names(spec.server.args, flag):
+            raise SpecError(f"{source}: server.args: {flag} is set by bakeoff from {field}; set {field} instead")
+        for axis in spec.axes:
+            if axis.flag == flag:
+                raise SpecError(f"{source}: axes.{axis.name}: {flag} is set by bakeoff from {field}"
+                                + ("; sweep models with 'model = true'" if field == "model.path" else f"; set {field} instead"))
 
 
 def _check_numeric_flag(engine, axis: Axis, source: str) -> None:

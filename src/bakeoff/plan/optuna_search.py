@@ -83,8 +83,7 @@ class OptunaSearch(Strategy):
             import optuna
             from optuna.trial import TrialState, create_trial
         except ImportError:
-            raise SpecError("plan.strategy: 'optuna' needs the optuna package: pip install 'optuna==4.5.0' "
-                            "(or bakeoff[optuna])") from None
+            raise SpecError("plan.strategy: 'optuna' needs the optuna package, which is not installed: pip install 'bakeoff[optuna]'") from None
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

@@ -13,7 +13,7 @@ import time
 from html import escape
 from pathlib import Path
 
-from bakeoff.errors import BakeoffError
+from bakeoff.errors import MissingExtra
 from bakeoff import decide
 from bakeoff.decide import CORRECT, label
 from bakeoff.spec import render as render_value
@@ -192,7 +192,7 @@ def _plt():
     try:
         import matplotlib
     except ImportError:
-        raise BakeoffError("--html needs matplotlib: pip install 'matplotlib==3.11.2'") from None
+        raise MissingExtra("report --html", "html", "matplotlib") from None
     matplotlib.use("Agg", force=True)
     matplotlib.rcParams.update({"svg.fonttype": "none", "font.size": 10, "axes.spines.top": False,
                                 "axes.spines.right": False})

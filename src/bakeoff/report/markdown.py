@@ -18,7 +18,9 @@ def _fmt(x, spec: str = ".1f") -> str:
     return "—" if x is None else format(x, spec)
 
 
-def render(store: Store) -> str:
+def render(store: Store, recommendation: bool = True) -> str:
+    """The report; ``recommendation=False`` leaves its Recommendation section out (the end of
+    `bakeoff run` prints the decision's lines last, once)."""
     sweep = store.sweep() or {"name": "?", "spec": {}, "fingerprint": {}}
     trials = store.current()
     stale = [t for t in store.trials() if t not in trials]
@@ -32,7 +34,8 @@ def render(store: Store) -> str:
     hw = ", ".join(f"{g.get('name')} (sm_{g.get('compute_capability', '?')})" for g in gpus) if gpus else (fp.get("cpu") or {}).get("model", "CPU")
     ver = f", {spec.get('engine')} {fp['engine_version']}" if fp.get("engine_version") else ""
     lines.append(f"Hardware: {hw}{ver}. Fingerprint `{fp.get('hash', '?')}`" + (f" ({fp['note']})." if fp.get("note") else "."))
-    lines += ["", "## Recommendation", "", *_recommendation(decision)]
+    if recommendation:
+        lines += ["", "## Recommendation", "", *_recommendation(decision)]
     slo = speed.has_slo(trials)
     lines += ["", "## Trials", "",
               "| # | single change vs baseline | verdict | cause | output tok/s (95 % CI) | TTFT p50 ms | "

@@ -21,6 +21,7 @@ from bakeoff.errors import SpecError
 @register
 class LlamaCpp(Engine):
     kind = "llamacpp"
+    default_port = 8080  # llama-server --help: "--port PORT  port to listen (default: 8080)"
     health_paths = ("/health", "/v1/models")
     supports_ignore_eos = True
     ready_pattern = r"listening on http"
