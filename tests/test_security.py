@@ -61,7 +61,7 @@ def test_shell_metacharacters_are_never_executed(tmp_path):
     evil = ["x; touch pwned", "$(touch pwned2)", "`touch pwned3`"]
     out, _ = sweep(tmp_path, f'''
 [server]
-args = ["--threads", "1"]
+args = ["--parallel", "1"]
 [[axes]]
 name = "threads"
 flag = "--threads"
@@ -80,7 +80,7 @@ args = ["--threads", "1", "$(touch pwned4); touch pwned5 && echo hi > pwned6"]
     assert len(trials) == 3
     for rec, value in zip(trials, evil):
         argv = json.loads(rec["argv"])
-        assert argv[argv.index("--threads", argv.index("--threads") + 1) + 1] == value  # one intact element
+        assert argv[argv.index("--threads") + 1] == value  # one intact element
         assert rec["verdict"] == "crashed"
         assert 'error while handling argument "--threads"' in Path(rec["log_path"]).read_text()
     (rec,) = rows(out2)

@@ -116,15 +116,27 @@ def plan_json(spec: Spec) -> list[dict]:
     """What `bakeoff plan` prints: each trial's argv, env and, on a remote host, the command line
     run there (an adaptive strategy's first round)."""
     remember_secrets(spec)
-    model_path = spec.model_path()  # a remote host's model is checked on it by `bakeoff run`
+    model_path = spec.model_path_here()  # a remote host's model is checked on it by `bakeoff run`
     engine = get_engine(spec.engine, **spec.engine_options)
     out = []
-    for p in make_plan(spec):
+    for p in first_round(spec):
         r = record_for(spec, p, model_path, "")
         launch = deploy_launch(spec, engine, p, model_path)
         out.append({"idx": p.idx, "label": p.label, "changed": list(p.changed), "argv": r.argv, "env": r.env,
                     "command": command_line(spec.host, launch.argv, launch.env, f"{p.idx:03d}-{p.key}.log", spec.name)})
     return out
+
+
+def first_round(spec: Spec) -> list[Planned]:
+    """The plan's trials; a strategy whose package is missing here (optuna) shows the baseline
+    alone and is listed in ``spec.unchecked``."""
+    from bakeoff.errors import MissingExtra
+
+    try:
+        return make_plan(spec)
+    except MissingExtra as err:
+        spec._unchecked.append(f"{err}; only the baseline is shown")
+        return [planned(0, spec.baseline_config(), spec)]
 
 
 # -- orphans -------------------------------------------------------------------------------

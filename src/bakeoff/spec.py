@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from bakeoff.errors import SpecError
 
@@ -625,6 +625,13 @@ class Spec(_Strict):
     probes: Probes = Probes()
     bench: Bench = Bench()
     preflight: Preflight = Preflight()
+    # checks that could not be made on this machine (the engine's --help, a model that lives on
+    # another machine): one line each; `plan` lists them, `run` refuses them without --unchecked
+    _unchecked: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def unchecked(self) -> list[str]:
+        return list(self._unchecked)
 
     @model_validator(mode="after")
     def _numeric_axes(self) -> "Spec":
@@ -742,6 +749,15 @@ class Spec(_Strict):
             return self.model.resolve(exists=lambda p: True)
         return self.model.resolve()
 
+    def model_path_here(self) -> str:
+        """``model_path()`` where this machine can resolve it; else the path as written, listed
+        in ``unchecked`` (`bakeoff plan` of a spec for another machine)."""
+        try:
+            return self.model_path()
+        except SpecError as err:
+            self._unchecked.append(_not_here(err))
+            return self.model.path.removeprefix("hf:")
+
     def baseline_config(self) -> dict[str, Value]:
         """The baseline: explicit values, else each axis's first value."""
         return {a.name: self.baseline.get(a.name, a.values[0]) for a in self.axes}
@@ -761,7 +777,8 @@ def _format_error(err: ValidationError, source: str) -> str:
             msg = "required key is missing"
         if "input" in e and e["type"] not in ("missing", "extra_forbidden") and not isinstance(e["input"], dict):
             msg += f" (got {e['input']!r})"
-        lines.append(f"{loc}: {msg}")
+        named = not e["loc"] and re.match(r"[\w.\[\]-]+: ", msg)  # a cross-field rule names its own field
+        lines.append(msg if named else f"{loc}: {msg}")
     return f"{source}: invalid spec\n  " + "\n  ".join(lines)
 
 
@@ -786,18 +803,20 @@ def _key_hint(loc: tuple) -> str:
     return f"{suggest(str(loc[-1]), keys)}; valid: {', '.join(keys)}" if keys else ""
 
 
-def parse(data: dict, source: str = "<spec>") -> Spec:
+def parse(data: dict, source: str = "<spec>", here_only: bool = False) -> Spec:
+    """The validated spec. ``here_only`` (`bakeoff plan`): a check this machine cannot make (a
+    model path that does not exist here) is listed in ``spec.unchecked`` instead of failing."""
     try:
         spec = Spec.model_validate(data)
     except ValidationError as err:
         raise SpecError(_format_error(err, source)) from None
     _validate_host(spec, source)
-    _validate_against_engine(spec, source)
+    _validate_against_engine(spec, source, here_only)
     _validate_own_flags(spec, source)
     return spec
 
 
-def loads(text: str, source: str = "<spec>") -> Spec:
+def loads(text: str, source: str = "<spec>", here_only: bool = False) -> Spec:
     """Parse TOML text into a Spec; every failure is one SpecError naming the field."""
     try:
         data = tomllib.loads(text)
@@ -805,10 +824,10 @@ def loads(text: str, source: str = "<spec>") -> Spec:
         raise SpecError(f"{source}: not valid TOML: {err}") from None
     except RecursionError:
         raise SpecError(f"{source}: not valid TOML: nested too deeply") from None
-    return parse(data, source)
+    return parse(data, source, here_only)
 
 
-def load(path: str | os.PathLike) -> Spec:
+def load(path: str | os.PathLike, here_only: bool = False) -> Spec:
     p = Path(path)
     if not p.is_file():
         raise SpecError(f"{p}: spec file not found")
@@ -818,7 +837,7 @@ def load(path: str | os.PathLike) -> Spec:
         raise SpecError(f"{p}: not a UTF-8 text file") from None
     except OSError as err:
         raise SpecError(f"{p}: cannot read the spec file ({err.strerror})") from None
-    return loads(text, str(p))
+    return loads(text, str(p), here_only)
 
 
 def _validate_host(spec: Spec, source: str) -> None:
@@ -832,7 +851,7 @@ def _validate_host(spec: Spec, source: str) -> None:
             raise SpecError(f"{source}: {err}") from None
 
 
-def _validate_against_engine(spec: Spec, source: str) -> None:
+def _validate_against_engine(spec: Spec, source: str, here_only: bool = False) -> None:
     """Axis values against the engine's --help, model-axis paths against the file system: here
     for a local spec; for a remote one ``run.hosts.checks.on_host`` does both on the host at the
     start of ``bakeoff run`` (a captured ``engine_options.help_text`` is still read here)."""
@@ -845,14 +864,20 @@ def _validate_against_engine(spec: Spec, source: str) -> None:
     except SpecError as err:
         raise SpecError(f"{source}: {err}") from None
     remote_help = spec.is_remote and not spec.engine_options.get("help_text")
+    valued = [a for a in spec.axes if a.flag is not None and any(not isinstance(v, bool) for v in a.values)]
+    why = None if remote_help or not valued else engine.cannot_check_here()
+    if why:
+        spec._unchecked.append(f"axis values ({', '.join(a.flag for a in valued)}): {why}")
     for axis in spec.axes:
         if axis.model and not spec.is_remote:
             for value in axis.values:
                 try:
                     Model(path=str(value)).resolve()
                 except SpecError as err:
-                    raise SpecError(f"{source}: axes.{axis.name}: {err}") from None
-        if axis.flag is None or remote_help:
+                    if not here_only:
+                        raise SpecError(f"{source}: axes.{axis.name}: {err}") from None
+                    spec._unchecked.append(f"axes.{axis.name}: {_not_here(err)}")
+        if axis.flag is None or remote_help or why:
             continue
         if axis.numeric:
             _check_numeric_flag(engine, axis, source)
@@ -910,6 +935,11 @@ def _validate_own_flags(spec: Spec, source: str) -> None:
             if axis.flag == flag:
                 raise SpecError(f"{source}: axes.{axis.name}: {flag} is set by bakeoff from {field}"
                                 + ("; sweep models with 'model = true'" if field == "model.path" else f"; set {field} instead"))
+
+
+def _not_here(err: SpecError) -> str:
+    """A failed local check, said as what it is for `bakeoff plan`: missing on this machine."""
+    return str(err).replace(" does not exist", " does not exist on this machine", 1)
 
 
 def _check_numeric_flag(engine, axis: Axis, source: str) -> None:

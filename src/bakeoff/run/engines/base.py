@@ -72,6 +72,11 @@ class Engine:
         """The installed engine's version, for the environment fingerprint."""
         return None
 
+    def cannot_check_here(self) -> str | None:
+        """Why axis values cannot be checked on this machine (the engine's --help cannot be read
+        here: not installed, a wrong binary path), or None when they can or there is nothing to check."""
+        return None
+
     def phase_of(self, line: str) -> str | None:
         for phase in self.phases:
             if phase.matches(line):
