@@ -61,6 +61,9 @@ CASES = [
     ("force_not_axis_value", GOOD + '[plan]\nforce = ["flash_attn=maybe"]\n', "plan.force"),
 ]
 
+# what only the machine that runs the sweep can say: `plan` lists it as not checked here
+NOT_HERE = {"missing_model_file", "missing_model_package_file"}
+
 
 @pytest.mark.parametrize("case_id,text,expect", CASES, ids=[c[0] for c in CASES])
 def test_bad_spec_is_one_clear_error(tmp_path, case_id, text, expect):
@@ -68,6 +71,9 @@ def test_bad_spec_is_one_clear_error(tmp_path, case_id, text, expect):
     spec.write_bytes(text if isinstance(text, bytes) else text.encode())
     for cmd in (["run", str(spec), "--out", str(tmp_path / "sweep")], ["plan", str(spec)]):
         res = CliRunner().invoke(app, cmd)
+        if cmd[0] == "plan" and case_id in NOT_HERE:  # plan previews a spec for another machine
+            assert res.exit_code == 0 and "# not checked here: " + expect in res.output, res.output
+            continue
         output = res.output  # stdout and stderr together
         assert res.exit_code == 2, (cmd[0], res.exit_code, output, res.exception)
         assert isinstance(res.exception, SystemExit), res.exception
