@@ -154,3 +154,28 @@ def test_a_missing_extra_exits_2_with_its_install_command(monkeypatch):
     with pytest.raises(MissingExtra) as exc:
         html._plt()
     assert exc.value.exit_code == 2 and "pip install 'bakeoff[html]'" in str(exc.value)
+
+
+def _trial(idx, config, changed, verdict, cause=None, hard=False):
+    from bakeoff.store import TrialRecord
+
+    return TrialRecord(key=f"k{idx}", idx=idx, config=config, changed=changed, argv=["x"], env={}, verdict=verdict,
+                       cause=cause, state="finished", metrics={"hard": hard})
+
+
+def test_a_combination_crash_names_the_combination_not_the_value():
+    """llama.cpp's q8_0 V cache with flash attention off: the value is not broken, that
+    configuration is; the note names the other value to try, or bisect."""
+    from bakeoff.report.matrix import combination_note, only_in_combination
+
+    spec = {"axes": [{"name": "flash_attn", "values": ["off", "on"]}, {"name": "cache_type_v", "values": ["f16", "q8_0"]}]}
+    base = _trial(0, {"flash_attn": "off", "cache_type_v": "f16"}, [], "ok")
+    fa = _trial(1, {"flash_attn": "on", "cache_type_v": "f16"}, ["flash_attn"], "ok")
+    kv = _trial(2, {"flash_attn": "off", "cache_type_v": "q8_0"}, ["cache_type_v"], "crashed", "bad_args")
+    trials = [base, fa, kv]
+    assert only_in_combination(kv, "cache_type_v", trials) == {"flash_attn": "off"}
+    note = combination_note(kv, spec, trials)
+    assert "not cache_type_v=q8_0 itself" in note and "try cache_type_v=q8_0 with flash_attn=on" in note and "bisect" in note
+    refused = _trial(2, kv.config, ["cache_type_v"], "crashed", "bad_args", hard=True)  # the engine refused the value
+    assert only_in_combination(refused, "cache_type_v", [base, fa, refused]) is None
+    assert combination_note(refused, spec, [base, fa, refused]) is None

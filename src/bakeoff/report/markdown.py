@@ -8,6 +8,7 @@ from bakeoff import decide
 from bakeoff.decide import CORRECT, command_line, label  # noqa: F401  (renderers import them from here)
 from bakeoff.report import curves
 from bakeoff.report import speed
+from bakeoff.report.matrix import combination_note
 from bakeoff.store import Store, TrialRecord
 
 MODES = {"single": "single-request", "long": "long-prompt (near the context length)", "concurrent": "concurrent-requests",
@@ -75,6 +76,9 @@ def render(store: Store, recommendation: bool = True) -> str:
                     lines += ["", "Measured: " + ", ".join(f"{k}={v}" for k, v in measured.items() if k != "lm_eval")]
             if t.metrics.get("hint"):
                 lines += ["", f"Hint: {t.metrics['hint']}"]
+            combo = combination_note(t, spec, trials)
+            if combo:
+                lines += ["", combo]
             if t.evidence:
                 lines += ["", "```", *[e for e in t.evidence][:12], "```"]
             if t.log_path:
