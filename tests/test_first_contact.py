@@ -179,3 +179,51 @@ def test_a_combination_crash_names_the_combination_not_the_value():
     refused = _trial(2, kv.config, ["cache_type_v"], "crashed", "bad_args", hard=True)  # the engine refused the value
     assert only_in_combination(refused, "cache_type_v", [base, fa, refused]) is None
     assert combination_note(refused, spec, [base, fa, refused]) is None
+
+
+def _latency_store(tmp_path):
+    """A stored sweep of two benchmarked trials (two load levels each), no engine."""
+    from bakeoff import decide, spec as specmod
+    from bakeoff.plan import make_plan
+    from bakeoff.store import Store, TrialRecord
+
+    s = specmod.Spec.model_validate({"name": "lat", "engine": "llamacpp", "model": {"path": "m.gguf"},
+                                     "axes": [{"name": "t", "flag": "--threads", "values": ["1", "2"]}]})
+
+    def level(name, k):
+        return {"level": name, "valid": True, "errors": 0, "output_tok_s": 10.0 * k, "samples": {"output_tok_s": [10.0 * k] * 3},
+                **{f"{m}_ms": {"p50": k * i, "p90": k * i + 1, "p99": k * i + 2, "mean": k * i} for i, m in
+                   enumerate(("ttft", "tpot", "itl", "e2e"), 1)}}
+
+    store = Store(tmp_path)
+    store.init_sweep(s.name, s.model_dump(mode="json"), {}, "i")
+    for p in make_plan(s):
+        k = p.idx + 1
+        store.save(TrialRecord(key=p.key, idx=p.idx, config=dict(p.config), changed=list(p.changed),
+                               argv=["llama-server", "--port", "8080"], env={}, state="finished", verdict="ok",
+                               metrics={"levels": [level("c=1", k), level("c=4", k)]}, identity="i"))
+    decide.save(store)
+    store.close()
+
+
+def test_latency_percentiles_in_the_report_and_export_metrics(tmp_path):
+    """p50/p90/p99 of TTFT, TPOT, ITL and E2E per level: in report.md, and `export --metrics`
+    writes one row per trial and level as CSV and JSON."""
+    import csv
+    import json
+
+    _latency_store(tmp_path)
+    res = CliRunner().invoke(app, ["report", str(tmp_path)])
+    assert res.exit_code == 0, res.output
+    md = (tmp_path / "report.md").read_text()
+    assert "## Latency per load level (p50 / p90 / p99)" in md
+    assert "| 1 | t=2 | c=4 | 20.0 | 2.0 / 3.0 / 4.0 | 4.0 / 5.0 / 6.0 | 6.0 / 7.0 / 8.0 | 8.0 / 9.0 / 10.0 |" in md
+    res = CliRunner().invoke(app, ["export", str(tmp_path), "--metrics"])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader((tmp_path / "metrics.csv").open()))
+    assert [(r["trial"], r["level"]) for r in rows] == [("0", "c=1"), ("0", "c=4"), ("1", "c=1"), ("1", "c=4")]
+    assert rows[3]["e2e_p99_ms"] == "10" and rows[3]["ttft_p90_ms"] == "3"
+    data = json.loads((tmp_path / "metrics.json").read_text())
+    assert len(data) == 4 and data[3]["itl_p50_ms"] == 6 and data[3]["change"] == "t=2"
+    res = CliRunner().invoke(app, ["export", str(tmp_path), "--metrics", "-o", str(tmp_path / "m.xlsx")])
+    assert res.exit_code == 2 and res.output.count("\n") == 1 and "--output" in res.output

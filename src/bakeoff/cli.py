@@ -248,17 +248,37 @@ def status(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
 
 @app.command()
 def export(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
-           output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="file to write (default DIR/compat-matrix.json)")) -> None:
-    """Write the sweep's compatibility matrix (environment, per-value and per-config verdicts) as JSON."""
+           output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE",
+                                                 help="file to write (default DIR/compat-matrix.json; with --metrics "
+                                                      "DIR/metrics.csv and DIR/metrics.json, or FILE.csv / FILE.json)"),
+           metrics: bool = typer.Option(False, "--metrics", help="latency and throughput per trial and load level "
+                                        "(TTFT, TPOT, ITL, E2E at p50/p90/p99) instead of the matrix")) -> None:
+    """Write the sweep's compatibility matrix (environment, per-value and per-config verdicts) as
+    JSON, or with --metrics one row per trial and load level as CSV and JSON."""
+    from bakeoff.report.latency import write_metrics
     from bakeoff.report.matrix import write_matrix
     from bakeoff.store import open_readonly
 
     try:
+        if metrics and output is not None and output.suffix not in (".csv", ".json"):
+            _bad_flag(f"--output: {output} must end in .csv or .json with --metrics")
         with open_readonly(sweep_dir) as store:
+            if metrics:
+                targets = [output] if output else [Path(sweep_dir) / "metrics.csv", Path(sweep_dir) / "metrics.json"]
+                for target in targets:
+                    console.print(f"metrics: {write_metrics(store.current(), target)}", markup=False, highlight=False)
+                return
             path = write_matrix(store, output or Path(sweep_dir) / "compat-matrix.json")
     except BakeoffError as err:
         _fail(err)
-    console.print(f"matrix: {path}")
+    console.print(f"matrix: {path}", markup=False, highlight=False)
+
+
+def _bad_flag(message: str):
+    """A bad flag value: one line naming it, exit 2."""
+    from bakeoff.errors import SpecError
+
+    raise SpecError(message)
 
 
 @app.command()

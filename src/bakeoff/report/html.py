@@ -191,6 +191,12 @@ def change_table(trials: list[TrialRecord], spec: dict | None = None) -> str:
     return "\n".join(out)
 
 
+def latency_table(trials: list[TrialRecord]) -> str:
+    from bakeoff.report.latency import html_table
+
+    return html_table(trials)
+
+
 # -- plots -----------------------------------------------------------------------------------
 def _plt():
     try:
@@ -426,6 +432,7 @@ def render_html(store: Store) -> str:
         "<h2>Recommendation</h2>", recommendation(decide.load(store)),
         "<h2>Verdict matrix</h2>", verdict_matrix(spec, trials),
         "<h2>Single changes vs the baseline</h2>", change_table(trials, spec),
+        latency_table(trials),
         "<h2>Throughput vs latency</h2>", perf_plot(trials),
         "<h2>Startup timelines</h2>", timeline_plot(trials),
         (c := numeric_curve_plot(spec, trials)) and "<h2>Numeric axes</h2>" + c,

@@ -7,7 +7,7 @@ from pathlib import Path
 from bakeoff import decide
 from bakeoff.decide import CORRECT, command_line, label  # noqa: F401  (renderers import them from here)
 from bakeoff.report import curves
-from bakeoff.report import speed
+from bakeoff.report import latency, speed
 from bakeoff.report.matrix import combination_note
 from bakeoff.store import Store, TrialRecord
 
@@ -52,6 +52,7 @@ def render(store: Store, recommendation: bool = True) -> str:
         cause = f"{t.cause} ({t.metrics['failed_mode']})" if t.verdict == "wrong" and t.metrics.get("failed_mode") else t.cause or ""
         lines.append(f"| {t.idx} | {label(t)} | **{verdict}** | {cause} | {speed.throughput(t)} | "
                      f"{_fmt(t.metrics.get('ttft_p50_ms'))} | " + (f"{speed.goodput(t)} | " if slo else "") + f"{ratio} | {ev} |")
+    lines += latency.markdown_lines(trials)
     lines += _lm_eval_lines(trials)
     energy = [t for t in trials if t.metrics.get("energy")]
     if energy:
