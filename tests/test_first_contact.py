@@ -227,3 +227,18 @@ def test_latency_percentiles_in_the_report_and_export_metrics(tmp_path):
     assert len(data) == 4 and data[3]["itl_p50_ms"] == 6 and data[3]["change"] == "t=2"
     res = CliRunner().invoke(app, ["export", str(tmp_path), "--metrics", "-o", str(tmp_path / "m.xlsx")])
     assert res.exit_code == 2 and res.output.count("\n") == 1 and "--output" in res.output
+
+
+def test_docs_spec_md_is_generated_from_the_model_and_current(capsys):
+    """docs/spec.md is the model's own reference; after changing the spec model regenerate it:
+    `bakeoff schema --markdown > docs/spec.md`."""
+    import json
+
+    from bakeoff import specdoc
+    from bakeoff.spec import Spec
+
+    assert Path("docs/spec.md").read_text() == specdoc.markdown(), "docs/spec.md is stale: bakeoff schema --markdown > docs/spec.md"
+    for name in Spec.model_fields:
+        assert f"| `{name}` |" in specdoc.markdown()
+    rc, out, _ = _main(["schema"], capsys)
+    assert rc == 0 and set(json.loads(out)["properties"]) == set(Spec.model_fields)

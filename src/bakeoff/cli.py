@@ -357,6 +357,14 @@ def preflight(spec_path: Optional[Path] = typer.Argument(None, metavar="SPEC", h
     out.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
+@app.command()
+def schema(as_markdown: bool = typer.Option(False, "--markdown", help="every table and key as Markdown (docs/spec.md)")) -> None:
+    """Print the sweep spec's JSON schema (from the model bakeoff validates with)."""
+    from bakeoff import specdoc
+
+    out.print(specdoc.markdown() if as_markdown else specdoc.json_schema(), markup=False, highlight=False, end="")
+
+
 def main(argv: list[str] | None = None) -> None:
     """The `bakeoff` process: a usage error (unknown flag, missing argument, bad value) is one
     line naming it and exit 2, like a bad spec; nothing prints a traceback on purpose."""

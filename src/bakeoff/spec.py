@@ -221,7 +221,8 @@ class Server(_Strict):
     ``PATH="/usr/local/cuda-13.0/bin:$PATH"`` where the server runs."""
 
     host: str = "127.0.0.1"
-    port: int = Field(default=0, ge=0, le=65535, description="0 picks a free port per trial")
+    port: int = Field(default=0, ge=0, le=65535, description="the port to deploy on (and every trial runs on); 0: each "
+                      "trial on a free port, the command to deploy on the engine's default port")
     args: list[str] = []
     env: dict[str, str] = {}
     env_prepend: dict[str, list[str]] = Field(default={}, description="PATH-like variable -> elements put before the host's value")
