@@ -242,3 +242,10 @@ def test_docs_spec_md_is_generated_from_the_model_and_current(capsys):
         assert f"| `{name}` |" in specdoc.markdown()
     rc, out, _ = _main(["schema"], capsys)
     assert rc == 0 and set(json.loads(out)["properties"]) == set(Spec.model_fields)
+
+
+def test_a_whole_number_flag_refuses_a_fraction(tmp_path):
+    for text in (GOOD.replace('["--threads", "1"]', '["--threads", "2.5"]'),
+                 GOOD + '[[axes]]\nname = "ctx"\nflag = "--ctx-size"\nvalues = [2048, "4k"]\n'):
+        res = CliRunner().invoke(app, ["plan", _spec(tmp_path, text)])
+        assert res.exit_code == 2 and res.output.count("\n") == 1 and "takes a whole number" in res.output, res.output

@@ -918,6 +918,30 @@ def own_flags(engine) -> dict[str, str]:
     return out
 
 
+def _flag_values(args: list[str]) -> list[tuple[str, str]]:
+    """(flag, value) pairs of an argv list: ``--flag value`` and ``--flag=value``."""
+    out = []
+    for i, a in enumerate(args):
+        if a.startswith("-") and "=" in a:
+            out.append(tuple(a.split("=", 1)))
+        elif a.startswith("-") and i + 1 < len(args):
+            out.append((a, args[i + 1]))
+    return out
+
+
+def _check_whole_numbers(spec: Spec, engine, source: str) -> None:
+    """A flag the engine takes as a whole number gets one, in ``server.args`` and on an axis."""
+    ints = set(engine.int_flags)
+    for flag, value in _flag_values(spec.server.args):
+        if flag in ints and not re.fullmatch(r"-?\d+", value):
+            raise SpecError(f"{source}: server.args: {flag} takes a whole number, not {value!r}")
+    for axis in spec.axes:
+        if axis.flag in ints:
+            bad = [v for v in axis.values if not isinstance(v, bool) and not re.fullmatch(r"-?\d+", render(v))]
+            if bad:
+                raise SpecError(f"{source}: axes.{axis.name}: {axis.flag} takes a whole number, not {bad[0]!r}")
+
+
 def _validate_own_flags(spec: Spec, source: str) -> None:
     """``server.args`` and the axes do not set what bakeoff sets (the model, host, port, served
     name: each has its own spec field); a generic command has a ``{port}`` to run trials on."""
@@ -928,6 +952,7 @@ def _validate_own_flags(spec: Spec, source: str) -> None:
     if template is not None and not any("{port}" in part for part in template):
         raise SpecError(f"{source}: engine_options.command: no {{port}} in {template!r}; bakeoff runs each trial on "
                         "a port of its own and the command to deploy on server.port (e.g. \"--port\", \"{port}\")")
+    _check_whole_numbers(spec, engine, source)
     owned = own_flags(engine)
     for flag, field in owned.items():
         if _arg_names(spec.server.args, flag):

@@ -59,6 +59,8 @@ class Engine:
     # the port the engine serves on when no --port is given: a deploy command without a port in the
     # spec names this one (never a trial's throw-away port)
     default_port: ClassVar[int] = 8000
+    # flags that take a whole number (a spec value such as "--threads 2.5" is refused before launch)
+    int_flags: ClassVar[tuple[str, ...]] = ()
     # log lines that mean "ready" even if the health endpoint is slow to say so
     ready_pattern: ClassVar[str | None] = None
 

@@ -23,6 +23,9 @@ class LlamaCpp(Engine):
     kind = "llamacpp"
     default_port = 8080  # llama-server --help: "--port PORT  port to listen (default: 8080)"
     health_paths = ("/health", "/v1/models")
+    int_flags = ("-t", "--threads", "-tb", "--threads-batch", "-c", "--ctx-size", "-b", "--batch-size", "-ub",
+                 "--ubatch-size", "-np", "--parallel", "-ngl", "--gpu-layers", "--n-gpu-layers", "-n", "--predict",
+                 "--n-predict", "--keep")
     supports_ignore_eos = True
     ready_pattern = r"listening on http"
     phases = (
