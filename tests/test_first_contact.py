@@ -249,3 +249,9 @@ def test_a_whole_number_flag_refuses_a_fraction(tmp_path):
                  GOOD + '[[axes]]\nname = "ctx"\nflag = "--ctx-size"\nvalues = [2048, "4k"]\n'):
         res = CliRunner().invoke(app, ["plan", _spec(tmp_path, text)])
         assert res.exit_code == 2 and res.output.count("\n") == 1 and "takes a whole number" in res.output, res.output
+
+
+def test_progress_line_off_a_terminal_has_the_verdict_and_an_eta():
+    t = _trial(2, {"flash_attn": "off", "cache_type_v": "q8_0"}, ["cache_type_v"], "crashed", "bad_args")
+    assert cli.progress_line(t, 2, 4, 300.0) == "trial 3/4 (cache_type_v=q8_0): crashed (bad_args); 2/4 done in 5 min, about 5 min left"
+    assert cli.progress_line(t, 4, 4, 30.0).endswith("4/4 done in 30 s")

@@ -62,6 +62,8 @@ class _LiveView:
 
         self.p = Progress(name=name, timeout_s=timeout_s, runner="this process")
         self.live = Live(get_renderable=self._render, console=console, refresh_per_second=2, transient=False)
+        self.plain = not console.is_terminal  # CI, a pipe: a line per trial instead of a redrawn view
+        self.t0 = time.time()
 
     def _render(self):
         from bakeoff.report.status import render
@@ -71,6 +73,8 @@ class _LiveView:
     def trial_start(self, p, n) -> None:
         self.p.total, self.p.current, self.p.phase = n, f"{p.idx + 1}/{n} ({p.label})", "launch"
         self.p.started, self.p.last_line = time.time(), ""
+        if self.plain:
+            self.note(f"trial {p.idx + 1}/{n} ({p.label}): launching")
 
     def on_phase(self, phase: str, line: str) -> None:
         self.p.phase = phase
@@ -81,9 +85,26 @@ class _LiveView:
         self.p.rows.append(rec)
         self.p.current = "-"
         self.p.total = max(self.p.total, len(self.p.rows))
+        if self.plain:
+            self.note(progress_line(rec, len(self.p.rows), self.p.total, time.time() - self.t0))
 
     def note(self, msg: str) -> None:
         self.live.console.print(msg, markup=False, highlight=False, soft_wrap=True)
+
+
+def progress_line(rec, done: int, total: int, elapsed_s: float) -> str:
+    """One finished trial, for output that is not a terminal: its verdict, how many are done and
+    about how long the rest takes at the pace so far (an adaptive strategy may add trials)."""
+    from bakeoff.decide import label
+
+    why = f" ({rec.cause})" if rec.cause else ""
+    left = max(total - done, 0)
+    eta = f", about {_minutes(elapsed_s / done * left)} left" if done and left else ""
+    return f"trial {rec.idx + 1}/{total} ({label(rec)}): {rec.verdict or rec.state}{why}; {done}/{total} done in {_minutes(elapsed_s)}{eta}"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
 
 
 @app.command()
