@@ -255,3 +255,46 @@ def test_progress_line_off_a_terminal_has_the_verdict_and_an_eta():
     t = _trial(2, {"flash_attn": "off", "cache_type_v": "q8_0"}, ["cache_type_v"], "crashed", "bad_args")
     assert cli.progress_line(t, 2, 4, 300.0) == "trial 3/4 (cache_type_v=q8_0): crashed (bad_args); 2/4 done in 5 min, about 5 min left"
     assert cli.progress_line(t, 4, 4, 30.0).endswith("4/4 done in 30 s")
+
+
+def _seed_command() -> str:
+    """The seed's deployment as the README shows it (`bakeoff plan examples/sglang-qwen397b.toml`)."""
+    lines = Path("README.md").read_text().splitlines()
+    return lines[lines.index("# trial 0: baseline") + 1]
+
+
+def _words(command: str) -> list[str]:
+    import shlex
+
+    ssh = shlex.split(command)
+    return ssh[:2] + shlex.split(ssh[2])
+
+
+def test_init_from_the_seed_command_round_trips_through_plan_flag_by_flag(tmp_path):
+    """Paste the ssh command you run today: `bakeoff init` writes a spec whose `plan` prints the
+    same command, word for word (the log file's name aside: it carries the trial's key)."""
+    seed = _seed_command()
+    spec = tmp_path / "seed.toml"
+    res = CliRunner().invoke(app, ["init", seed, "-o", str(spec)])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(app, ["plan", str(spec)])
+    assert res.exit_code == 0, res.output
+    back = res.output.splitlines()[res.output.splitlines().index("# trial 0: baseline") + 1]
+    a, b = _words(seed), _words(back)
+    assert len(a) == len(b) and [x for x, y in zip(a, b) if x != y] == ["/tmp/bakeoff/sglang-qwen397b-nvfp4/logs/000-39c8b2b9fbba.log"]
+    res = CliRunner().invoke(app, ["init", seed, "-o", str(spec)])
+    assert res.exit_code == 2 and "--output" in res.output  # never overwrites
+
+
+def test_init_from_a_local_command():
+    from bakeoff.initspec import spec_from_command
+
+    data = spec_from_command("OMP_NUM_THREADS=1 /opt/llama/llama-server -m /models/m.gguf --port 9000 -c 2048 "
+                             "--flash-attn on > server.log 2>&1 &")
+    assert data["engine"] == "llamacpp" and data["engine_options"] == {"binary": "/opt/llama/llama-server"}
+    assert data["model"] == {"path": "/models/m.gguf"}
+    assert data["server"] == {"port": 9000, "args": ["-c", "2048", "--flash-attn", "on"], "env": {"OMP_NUM_THREADS": "1"}}
+    data = spec_from_command("vllm serve Qwen/Qwen3-8B --host 0.0.0.0 --max-model-len 8192")
+    assert data["engine"] == "vllm" and data["model"]["path"] == "Qwen/Qwen3-8B" and data["server"]["args"] == ["--max-model-len", "8192"]
+    with pytest.raises(Exception, match="cannot tell the engine"):
+        spec_from_command("my-server --port 1")

@@ -379,6 +379,31 @@ def preflight(spec_path: Optional[Path] = typer.Argument(None, metavar="SPEC", h
 
 
 @app.command()
+def init(command: str = typer.Argument(..., metavar="COMMAND", help="the launch command you run today, quoted as one "
+                                       "argument (local, or ssh HOST '... &'), or - to read it from stdin"),
+         name: Optional[str] = typer.Option(None, "--name", metavar="NAME", help="the sweep's name (default: from the command)"),
+         output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="write the spec here (default: stdout)")) -> None:
+    """Write a spec whose baseline is the command you run today; add axes to sweep."""
+    from bakeoff.initspec import spec_from_command, to_toml
+    from bakeoff.spec import parse
+
+    try:
+        text = sys.stdin.read() if command == "-" else command
+        data = spec_from_command(text.replace("\\\n", " ").strip(), name)
+        parse(data, "init", here_only=True)  # what init writes is a valid spec
+        if output is not None and output.exists():
+            _bad_flag(f"--output: {output} exists; give another file")
+    except BakeoffError as err:
+        _fail(err)
+    toml = to_toml(data)
+    if output is None:
+        out.print(toml, markup=False, highlight=False, end="")
+        return
+    output.write_text(toml, encoding="utf-8")
+    console.print(f"spec: {output} (bakeoff plan {output} prints the command back)", markup=False, highlight=False)
+
+
+@app.command()
 def schema(as_markdown: bool = typer.Option(False, "--markdown", help="every table and key as Markdown (docs/spec.md)")) -> None:
     """Print the sweep spec's JSON schema (from the model bakeoff validates with)."""
     from bakeoff import specdoc
