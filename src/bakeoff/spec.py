@@ -866,7 +866,10 @@ def _validate_against_engine(spec: Spec, source: str, here_only: bool = False) -
         raise SpecError(f"{source}: {err}") from None
     remote_help = spec.is_remote and not spec.engine_options.get("help_text")
     valued = [a for a in spec.axes if a.flag is not None and any(not isinstance(v, bool) for v in a.values)]
-    why = None if remote_help or not valued else engine.cannot_check_here()
+    try:
+        why = None if remote_help or not valued else engine.cannot_check_here()
+    except (TypeError, ValueError, OSError) as err:  # engine_options are user input too
+        raise SpecError(f"{source}: engine_options: cannot check the axis values with these options: {err}") from None
     if why:
         spec._unchecked.append(f"axis values ({', '.join(a.flag for a in valued)}): {why}")
     for axis in spec.axes:
