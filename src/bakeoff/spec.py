@@ -946,8 +946,8 @@ def _check_whole_numbers(spec: Spec, engine, source: str) -> None:
 
 
 def _validate_own_flags(spec: Spec, source: str) -> None:
-    """``server.args`` and the axes do not set what bakeoff sets (the model, host, port, served
-    name: each has its own spec field); a generic command has a ``{port}`` to run trials on."""
+    """``server.args`` and the axes do not set what bakeoff sets (the model, host and port: each
+    has its own spec field); a generic command has a ``{port}`` to run trials on."""
     from bakeoff.run.engines.base import get_engine
 
     engine = get_engine(spec.engine, **spec.engine_options)
@@ -956,7 +956,8 @@ def _validate_own_flags(spec: Spec, source: str) -> None:
         raise SpecError(f"{source}: engine_options.command: no {{port}} in {template!r}; bakeoff runs each trial on "
                         "a port of its own and the command to deploy on server.port (e.g. \"--port\", \"{port}\")")
     _check_whole_numbers(spec, engine, source)
-    owned = own_flags(engine)
+    # the served name (model.name) is left out: an engine may take more than one (llama.cpp --alias)
+    owned = {flag: field for flag, field in own_flags(engine).items() if field != "model.name"}
     for flag, field in owned.items():
         if _arg_names(spec.server.args, flag):
             raise SpecError(f"{source}: server.args: {flag} is set by bakeoff from {field}; set {field} instead")
