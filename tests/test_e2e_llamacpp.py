@@ -16,14 +16,18 @@ import pytest
 from bakeoff.store import Store
 
 
-def _servers() -> list[int]:
-    """llama-servers started by a bakeoff trial (tagged with its log path): not other work's."""
+def _servers(under: str = "/") -> list[int]:
+    """llama-servers started by a bakeoff trial (tagged with its log path) under ``under``: not
+    other work's (other tests on a shared machine start their own)."""
+    import os
+
     from bakeoff.run.hosts.local import TAG_ENV
 
     out = []
     for p in psutil.process_iter(["name"]):
         try:
-            if p.info["name"] == "llama-server" and p.environ().get(TAG_ENV) and p.status() != psutil.STATUS_ZOMBIE:
+            tag = p.environ().get(TAG_ENV) if p.info["name"] == "llama-server" else None
+            if tag and os.path.realpath(tag).startswith(os.path.realpath(under)) and p.status() != psutil.STATUS_ZOMBIE:
                 out.append(p.pid)
         except (psutil.Error, OSError):
             continue
@@ -38,11 +42,10 @@ def sweep(tmp_path_factory):
     # the example, smaller: fewer bench requests so the test stays quick on 2 cores
     text = open("examples/smollm2.toml").read().replace("requests_per_level = 8", "requests_per_level = 4")
     spec.write_text(text)
-    before = set(_servers())
     proc = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(out / "run")],
                           capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert set(_servers()) <= before, "a llama-server was left running"
+    assert not _servers(str(out)), "a llama-server was left running"
     return {"dir": out / "run", "stdout": proc.stdout, "axes": data["axes"]}
 
 
@@ -136,3 +139,35 @@ def test_the_baseline_was_launched_as_often_as_the_decision_wanted(sweep):
         assert "4 launches" in d.headline or any("in 4 launches" in (f.sentence or "") for f in d.fallbacks + [d.winner])
     else:
         assert d.launch_noise["source"] in ("default", "drift")
+
+
+def test_the_command_to_deploy_is_plans_command_on_the_users_port(sweep):
+    """The recommendation and every fallback are the commands to deploy: `bakeoff plan`'s command
+    for that trial, word for word, on the engine's own port (8080 for llama-server, the spec sets
+    none): never the free port the trial happened to run on."""
+    from bakeoff import decide
+
+    plan = subprocess.run([sys.executable, "-m", "bakeoff.cli", "plan", str(sweep["dir"].parent / "spec.toml"), "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert plan.returncode == 0, plan.stderr
+    import json
+
+    planned = {t["idx"]: t["command"] for t in json.loads(plan.stdout)}
+    with Store(sweep["dir"]) as store:
+        d = decide.load(store)
+        ran_on = {t.idx: t.port for t in store.trials()}
+    picks = [d.winner, *d.fallbacks]
+    assert d.winner is not None
+    for pick in picks:
+        assert pick.command == planned[pick.idx]
+        assert "--port 8080" in pick.command and f"--port {ran_on[pick.idx]}" not in pick.command
+    report = (sweep["dir"] / "report.md").read_text()
+    stdout = sweep["stdout"]
+    assert report.count(d.winner.command) >= 1
+    assert stdout.count(f"Command: {d.winner.command}") == 1, "the recommendation is printed once at the end of run"
+    assert stdout.count(d.headline) == 1 and (not d.noise_line or stdout.count(d.noise_line) == 1)
+    assert stdout.rstrip().endswith(sweep_last_line(d)), "the decision's lines are the last ones"
+
+
+def sweep_last_line(d) -> str:
+    return d.summary_lines()[-1]

@@ -16,7 +16,7 @@ from bakeoff.plan.replay import record, replay
 
 def mk(strategy, **plan):
     return S.Spec.model_validate({
-        "name": "x", "engine": "generic", "engine_options": {"command": ["srv"]}, "model": {"path": "m"},
+        "name": "x", "engine": "generic", "engine_options": {"command": ["srv", "--port", "{port}"]}, "model": {"path": "m"},
         "axes": [{"name": "fa", "flag": "--flash-attn", "values": ["auto", "on", "off"]},
                  {"name": "ctk", "flag": "--cache-type-k", "values": ["f16", "q8_0"]},
                  {"name": "ctv", "flag": "--cache-type-v", "values": ["f16", "q8_0"]},
@@ -42,7 +42,7 @@ def best_of(history):
 
 # -- numeric axes ---------------------------------------------------------------------------
 def numeric_spec(axis: dict, baseline: dict | None):
-    data = {"name": "x", "engine": "generic", "engine_options": {"command": ["srv"]}, "model": {"path": "m"},
+    data = {"name": "x", "engine": "generic", "engine_options": {"command": ["srv", "--port", "{port}"]}, "model": {"path": "m"},
             "axes": [{"name": "u", "flag": "--u", **axis}]}
     if baseline is not None:
         data["baseline"] = baseline

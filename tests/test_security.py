@@ -61,10 +61,10 @@ def test_shell_metacharacters_are_never_executed(tmp_path):
     evil = ["x; touch pwned", "$(touch pwned2)", "`touch pwned3`"]
     out, _ = sweep(tmp_path, f'''
 [server]
-args = ["--threads", "1"]
+args = ["--parallel", "1"]
 [[axes]]
-name = "threads"
-flag = "--threads"
+name = "kv"
+flag = "--override-kv"
 values = {json.dumps(evil)}
 [plan]
 strategy = "ofat"
@@ -80,9 +80,9 @@ args = ["--threads", "1", "$(touch pwned4); touch pwned5 && echo hi > pwned6"]
     assert len(trials) == 3
     for rec, value in zip(trials, evil):
         argv = json.loads(rec["argv"])
-        assert argv[argv.index("--threads", argv.index("--threads") + 1) + 1] == value  # one intact element
+        assert argv[argv.index("--override-kv") + 1] == value  # one intact element
         assert rec["verdict"] == "crashed"
-        assert 'error while handling argument "--threads"' in Path(rec["log_path"]).read_text()
+        assert 'error while handling argument "--override-kv"' in Path(rec["log_path"]).read_text()
     (rec,) = rows(out2)
     assert "$(touch pwned4); touch pwned5 && echo hi > pwned6" in json.loads(rec["argv"])
     # llama-server itself saw the whole string as one argument, and said so

@@ -57,9 +57,12 @@ CASES = [
     ("axis_flag_and_env", GOOD.replace('flag = "--flash-attn"', 'flag = "--flash-attn"\nenv = "FA"'), "axes.0: axis 'flash_attn': give exactly one of"),
     ("axis_bad_flag_value", GOOD.replace('["off", "on"]', '["off", "onn"]'), "axes.flash_attn: --flash-attn: 'onn' is not a valid choice (did you mean on?)"),
     ("axis_unknown_flag", GOOD.replace('"--flash-attn"', '"--flash-atten"'), "not a flag of llama-server"),
-    ("engine_option_unknown", GOOD + '[engine_options]\nbinry = "x"\n', "engine_options:"),
+    ("engine_option_unknown", GOOD + '[engine_options]\nbinry = "x"\n', "engine_options.binry: unknown option for engine 'llamacpp' (did you mean binary?)"),
     ("force_not_axis_value", GOOD + '[plan]\nforce = ["flash_attn=maybe"]\n', "plan.force"),
 ]
+
+# what only the machine that runs the sweep can say: `plan` lists it as not checked here
+NOT_HERE = {"missing_model_file", "missing_model_package_file"}
 
 
 @pytest.mark.parametrize("case_id,text,expect", CASES, ids=[c[0] for c in CASES])
@@ -68,6 +71,9 @@ def test_bad_spec_is_one_clear_error(tmp_path, case_id, text, expect):
     spec.write_bytes(text if isinstance(text, bytes) else text.encode())
     for cmd in (["run", str(spec), "--out", str(tmp_path / "sweep")], ["plan", str(spec)]):
         res = CliRunner().invoke(app, cmd)
+        if cmd[0] == "plan" and case_id in NOT_HERE:  # plan previews a spec for another machine
+            assert res.exit_code == 0 and "# not checked here: " + expect in res.output, res.output
+            continue
         output = res.output  # stdout and stderr together
         assert res.exit_code == 2, (cmd[0], res.exit_code, output, res.exception)
         assert isinstance(res.exception, SystemExit), res.exception

@@ -15,14 +15,42 @@ from rich.table import Table
 
 from bakeoff.errors import BakeoffError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Find the fastest inference configuration that is actually correct.")
-console = Console(stderr=True)
-out = Console()
+# help names each argument by its metavar (SPEC, DIR), never by a Python type ("<path>")
+typer.core.TyperArgument.display_type_rich = lambda self, ctx: None
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  context_settings={"help_option_names": ["-h", "--help"]},
+                  help="Find the fastest inference configuration that is actually correct.")
+# soft_wrap: a message is one line whatever the output (a terminal, a pipe, CI): never cut at 80 columns
+console = Console(stderr=True, soft_wrap=True)
+out = Console(soft_wrap=True)
+
+
+def _one_line(text: str) -> str:
+    """An error message as one line: its lines joined with "; " (a spec with two bad fields)."""
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
 def _fail(err: BakeoffError) -> None:
-    console.print(f"error: {err}", style="red", highlight=False, markup=False)
+    console.print(f"error: {_one_line(err)}", style="red", highlight=False, markup=False)
     raise typer.Exit(err.exit_code)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("bakeoff")
+        except PackageNotFoundError:  # pragma: no cover - run from a source tree without install
+            v = "unknown"
+        out.print(f"bakeoff {v}", markup=False, highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", is_eager=True, callback=_version,
+                                       help="print bakeoff's version and exit")) -> None:
+    """Find the fastest inference configuration that is actually correct."""
 
 
 class _LiveView:
@@ -34,6 +62,8 @@ class _LiveView:
 
         self.p = Progress(name=name, timeout_s=timeout_s, runner="this process")
         self.live = Live(get_renderable=self._render, console=console, refresh_per_second=2, transient=False)
+        self.plain = not console.is_terminal  # CI, a pipe: a line per trial instead of a redrawn view
+        self.t0 = time.time()
 
     def _render(self):
         from bakeoff.report.status import render
@@ -43,6 +73,8 @@ class _LiveView:
     def trial_start(self, p, n) -> None:
         self.p.total, self.p.current, self.p.phase = n, f"{p.idx + 1}/{n} ({p.label})", "launch"
         self.p.started, self.p.last_line = time.time(), ""
+        if self.plain:
+            self.note(f"trial {p.idx + 1}/{n} ({p.label}): launching")
 
     def on_phase(self, phase: str, line: str) -> None:
         self.p.phase = phase
@@ -53,17 +85,36 @@ class _LiveView:
         self.p.rows.append(rec)
         self.p.current = "-"
         self.p.total = max(self.p.total, len(self.p.rows))
+        if self.plain:
+            self.note(progress_line(rec, len(self.p.rows), self.p.total, time.time() - self.t0))
 
     def note(self, msg: str) -> None:
         self.live.console.print(msg, markup=False, highlight=False, soft_wrap=True)
 
 
+def progress_line(rec, done: int, total: int, elapsed_s: float) -> str:
+    """One finished trial, for output that is not a terminal: its verdict, how many are done and
+    about how long the rest takes at the pace so far (an adaptive strategy may add trials)."""
+    from bakeoff.decide import label
+
+    why = f" ({rec.cause})" if rec.cause else ""
+    left = max(total - done, 0)
+    eta = f", about {_minutes(elapsed_s / done * left)} left" if done and left else ""
+    return f"trial {rec.idx + 1}/{total} ({label(rec)}): {rec.verdict or rec.state}{why}; {done}/{total} done in {_minutes(elapsed_s)}{eta}"
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
 @app.command()
 def run(
     spec_path: Path = typer.Argument(..., metavar="SPEC", help="sweep spec (TOML)"),
-    out_dir: Optional[Path] = typer.Option(None, "--out", help="sweep directory (default: runs/<spec name>)"),
-    executor: Optional[str] = typer.Option(None, "--executor", help="local or ray (overrides the spec)"),
-    known_bad: list[Path] = typer.Option([], "--known-bad", help="compatibility-matrix JSON of configurations known broken"),
+    out_dir: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="sweep directory (default: runs/<spec name>)"),
+    executor: Optional[str] = typer.Option(None, "--executor", metavar="local|ray", help="where trials run (overrides the spec)"),
+    known_bad: list[Path] = typer.Option([], "--known-bad", metavar="FILE", help="compatibility-matrix JSON of configurations known broken"),
+    unchecked: bool = typer.Option(False, "--unchecked", help="start although some values cannot be checked here "
+                                   "(the engine's --help cannot be read on this machine)"),
 ) -> None:
     """Run (or resume) a sweep; writes DIR/report.md and the store DIR/bakeoff.sqlite."""
     from bakeoff import spec as specmod
@@ -71,6 +122,9 @@ def run(
 
     try:
         spec = specmod.load(spec_path)
+        if spec.unchecked and not unchecked:
+            raise specmod.SpecError(f"{spec_path}: not checked here: {'; '.join(spec.unchecked)}; install the engine here, "
+                                    "give engine_options.help_text (its --help saved to a file), or run with --unchecked")
         if executor is not None:
             if executor not in ("local", "ray"):
                 raise specmod.SpecError(f"--executor: {executor!r} is not valid; valid: local, ray")
@@ -84,11 +138,23 @@ def run(
             view.p.done = True
     except BakeoffError as err:
         _fail(err)
-    out.print(report_path.read_text(), markup=False, highlight=False, soft_wrap=True)
-    console.print(f"report: {report_path}")
-    for line in decision_lines(out_dir):  # the last lines: the stored decision, word for word
-        out.print(line, markup=False, highlight=False, soft_wrap=True)
+    _print_result(out_dir, report_path)
     _fail_on_host_errors(out_dir)
+
+
+def _print_result(out_dir: Path, report_path: Path) -> None:
+    """The end of `bakeoff run`, each thing once: the report's trials and failures, then the
+    stored decision word for word as the last lines (the report file holds both)."""
+    from bakeoff.report.markdown import render
+    from bakeoff.store import open_readonly
+
+    with open_readonly(out_dir) as store:
+        body = render(store, recommendation=False)
+    out.print(body, markup=False, highlight=False, soft_wrap=True)
+    out.print("## Recommendation\n", markup=False, highlight=False)
+    for line in decision_lines(out_dir):
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"report: {report_path}", markup=False, highlight=False)
 
 
 def decision_lines(sweep_dir: Path) -> list[str]:
@@ -136,10 +202,12 @@ def plan(spec_path: Path = typer.Argument(..., metavar="SPEC"),
     from bakeoff.pipeline import plan_json
 
     try:
-        spec = specmod.load(spec_path)
+        spec = specmod.load(spec_path, here_only=True)
         trials = plan_json(spec)
     except BakeoffError as err:
         _fail(err)
+    for line in spec.unchecked:  # checks this machine cannot make: `bakeoff run` makes them where it runs
+        (console if as_json else out).print(f"# not checked here: {line}", markup=False, highlight=False)
     if as_json:
         out.print_json(json.dumps(trials))
         return
@@ -178,7 +246,7 @@ def report(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
 @app.command()
 def status(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
            watch: bool = typer.Option(False, "--watch", help="refresh until the sweep is done or its run is gone"),
-           interval: float = typer.Option(1.0, "--interval", help="seconds between refreshes with --watch")) -> None:
+           interval: float = typer.Option(1.0, "--interval", metavar="SECONDS", help="seconds between refreshes with --watch")) -> None:
     """Show a sweep's progress from its store (a run in another terminal): running trial, finished rows."""
     from bakeoff.report.status import from_store, render, runner_of
     from bakeoff.store import open_readonly
@@ -201,23 +269,43 @@ def status(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
 
 @app.command()
 def export(sweep_dir: Path = typer.Argument(..., metavar="DIR"),
-           output: Optional[Path] = typer.Option(None, "-o", "--output", help="file to write (default DIR/compat-matrix.json)")) -> None:
-    """Write the sweep's compatibility matrix (environment, per-value and per-config verdicts) as JSON."""
+           output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE",
+                                                 help="file to write (default DIR/compat-matrix.json; with --metrics "
+                                                      "DIR/metrics.csv and DIR/metrics.json, or FILE.csv / FILE.json)"),
+           metrics: bool = typer.Option(False, "--metrics", help="latency and throughput per trial and load level "
+                                        "(TTFT, TPOT, ITL, E2E at p50/p90/p99) instead of the matrix")) -> None:
+    """Write the sweep's compatibility matrix (environment, per-value and per-config verdicts) as
+    JSON, or with --metrics one row per trial and load level as CSV and JSON."""
+    from bakeoff.report.latency import write_metrics
     from bakeoff.report.matrix import write_matrix
     from bakeoff.store import open_readonly
 
     try:
+        if metrics and output is not None and output.suffix not in (".csv", ".json"):
+            _bad_flag(f"--output: {output} must end in .csv or .json with --metrics")
         with open_readonly(sweep_dir) as store:
+            if metrics:
+                targets = [output] if output else [Path(sweep_dir) / "metrics.csv", Path(sweep_dir) / "metrics.json"]
+                for target in targets:
+                    console.print(f"metrics: {write_metrics(store.current(), target)}", markup=False, highlight=False)
+                return
             path = write_matrix(store, output or Path(sweep_dir) / "compat-matrix.json")
     except BakeoffError as err:
         _fail(err)
-    console.print(f"matrix: {path}")
+    console.print(f"matrix: {path}", markup=False, highlight=False)
+
+
+def _bad_flag(message: str):
+    """A bad flag value: one line naming it, exit 2."""
+    from bakeoff.errors import SpecError
+
+    raise SpecError(message)
 
 
 @app.command()
 def compare(dir_a: Path = typer.Argument(..., metavar="DIR_A"), dir_b: Path = typer.Argument(..., metavar="DIR_B"),
             as_json: bool = typer.Option(False, "--json"),
-            threshold: float = typer.Option(0.0, "--threshold", help="also require the speed ratio outside 1±this "
+            threshold: float = typer.Option(0.0, "--threshold", metavar="FRACTION", help="also require the speed ratio outside 1±this "
                                             "(0: the interval alone, as decide judges; a workload difference refuses any call)")) -> None:
     """Same configurations across two sweeps: what changed verdict or speed (B/A)."""
     from rich.markup import escape
@@ -254,8 +342,8 @@ def compare(dir_a: Path = typer.Argument(..., metavar="DIR_A"), dir_b: Path = ty
 @app.command()
 def triage(
     log: Path = typer.Argument(..., metavar="LOG"),
-    exit_code: Optional[int] = typer.Option(None, "--exit-code", help="the process's exit status (negative = signal)"),
-    engine: Optional[str] = typer.Option(None, "--engine", help="engine that wrote the log"),
+    exit_code: Optional[int] = typer.Option(None, "--exit-code", metavar="N", help="the process's exit status (negative = signal)"),
+    engine: Optional[str] = typer.Option(None, "--engine", metavar="NAME", help="engine that wrote the log"),
     rules: Optional[Path] = typer.Option(None, "--rules", metavar="DIR",
                                          help="a directory of *.toml rules merged over the shipped ones (same format)"),
     as_json: bool = typer.Option(False, "--json"),
@@ -290,10 +378,10 @@ def triage(
 
 
 @app.command()
-def preflight(spec_path: Optional[Path] = typer.Argument(None, metavar="[SPEC]", help="probe what this spec's axis values need"),
+def preflight(spec_path: Optional[Path] = typer.Argument(None, metavar="SPEC", help="probe what this spec's axis values need"),
               as_json: bool = typer.Option(False, "--json", help="print the results as JSON"),
-              out_file: Optional[Path] = typer.Option(None, "--out", help="also write the results JSON here"),
-              only: list[str] = typer.Option([], "--only", help="probe name glob (repeatable; default: all)")) -> None:
+              out_file: Optional[Path] = typer.Option(None, "--out", metavar="FILE", help="also write the results JSON here"),
+              only: list[str] = typer.Option([], "--only", metavar="GLOB", help="probe name glob (repeatable; default: all)")) -> None:
     """Probe each backend directly (seconds): unsupported, compile-failed, nan, mismatch or ok."""
     from bakeoff.preflight.cli import run_preflight
 
@@ -304,12 +392,59 @@ def preflight(spec_path: Optional[Path] = typer.Argument(None, metavar="[SPEC]",
     out.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
-def main() -> None:
+@app.command()
+def init(command: str = typer.Argument(..., metavar="COMMAND", help="the launch command you run today, quoted as one "
+                                       "argument (local, or ssh HOST '... &'), or - to read it from stdin"),
+         name: Optional[str] = typer.Option(None, "--name", metavar="NAME", help="the sweep's name (default: from the command)"),
+         output: Optional[Path] = typer.Option(None, "-o", "--output", metavar="FILE", help="write the spec here (default: stdout)")) -> None:
+    """Write a spec whose baseline is the command you run today; add axes to sweep."""
+    from bakeoff.initspec import spec_from_command, to_toml
+    from bakeoff.spec import parse
+
     try:
-        app()
+        text = sys.stdin.read() if command == "-" else command
+        data = spec_from_command(text.replace("\\\n", " ").strip(), name)
+        parse(data, "init", here_only=True)  # what init writes is a valid spec
+        if output is not None and output.exists():
+            _bad_flag(f"--output: {output} exists; give another file")
+    except BakeoffError as err:
+        _fail(err)
+    toml = to_toml(data)
+    if output is None:
+        out.print(toml, markup=False, highlight=False, end="")
+        return
+    output.write_text(toml, encoding="utf-8")
+    console.print(f"spec: {output} (bakeoff plan {output} prints the command back)", markup=False, highlight=False)
+
+
+@app.command()
+def schema(as_markdown: bool = typer.Option(False, "--markdown", help="every table and key as Markdown (docs/spec.md)")) -> None:
+    """Print the sweep spec's JSON schema (from the model bakeoff validates with)."""
+    from bakeoff import specdoc
+
+    out.print(specdoc.markdown() if as_markdown else specdoc.json_schema(), markup=False, highlight=False, end="")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The `bakeoff` process: a usage error (unknown flag, missing argument, bad value) is one
+    line naming it and exit 2, like a bad spec; nothing prints a traceback on purpose."""
+    try:
+        rc = app(args=argv, standalone_mode=False)
+    except typer.Abort:
+        sys.exit(130)
+    except typer.TyperException as err:  # click's usage errors (typer vendors click): exit 2
+        ctx = getattr(err, "ctx", None)
+        if type(err).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            out.print(ctx.get_help(), markup=False, highlight=False)
+            sys.exit(2)
+        where = f"{ctx.command_path}: " if ctx is not None else ""
+        message = err.format_message() if hasattr(err, "format_message") else str(err)
+        console.print(f"error: {where}{_one_line(message)} (see -h)", style="red", markup=False, highlight=False)
+        sys.exit(getattr(err, "exit_code", 2))
     except BakeoffError as err:  # pragma: no cover - commands catch their own
-        console.print(f"error: {err}", style="red", markup=False)
+        console.print(f"error: {_one_line(err)}", style="red", markup=False)
         sys.exit(err.exit_code)
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,16 @@ class SpecError(BakeoffError):
     exit_code = 2
 
 
+class MissingExtra(BakeoffError):
+    """An optional part of bakeoff needs a package that is not installed (matplotlib for
+    ``report --html``, optuna for ``plan.strategy = "optuna"``); the message is the install command."""
+
+    exit_code = 2
+
+    def __init__(self, what: str, extra: str, package: str) -> None:
+        super().__init__(f"{what} needs {package}, which is not installed: pip install 'bakeoff[{extra}]'")
+
+
 class StoreError(BakeoffError):
     """The sweep directory cannot be used (schema too new, locked by another run)."""
 

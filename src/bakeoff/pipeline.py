@@ -35,7 +35,7 @@ from bakeoff.run.executors import Context, Executor, Job, make_executor
 from bakeoff.run.fingerprint import for_spec as fingerprint_for
 from bakeoff.run.hosts import Host, command_line, get_host
 from bakeoff.run.hosts.checks import on_host as checks_on_host
-from bakeoff.run.trial import build_launch
+from bakeoff.run.trial import deploy_launch
 from bakeoff.spec import Spec
 from bakeoff.store import Store, TrialRecord, identity_of, spec_changes
 
@@ -107,7 +107,7 @@ def make_host(spec: Spec) -> Host:
 def record_for(spec: Spec, p: Planned, model_path: str, identity: str) -> TrialRecord:
     """The pending record of a planned trial: its argv and env as `bakeoff plan` shows them."""
     engine = get_engine(spec.engine, **spec.engine_options)
-    launch = build_launch(spec, engine, p, spec.server.port or 8000, model_path)
+    launch = deploy_launch(spec, engine, p, model_path)
     return TrialRecord(key=p.key, idx=p.idx, config=dict(p.config), changed=list(p.changed),
                        argv=redact_obj(launch.argv), env=redact_env(launch.env), identity=identity)
 
@@ -116,15 +116,27 @@ def plan_json(spec: Spec) -> list[dict]:
     """What `bakeoff plan` prints: each trial's argv, env and, on a remote host, the command line
     run there (an adaptive strategy's first round)."""
     remember_secrets(spec)
-    model_path = spec.model_path()  # a remote host's model is checked on it by `bakeoff run`
+    model_path = spec.model_path_here()  # a remote host's model is checked on it by `bakeoff run`
     engine = get_engine(spec.engine, **spec.engine_options)
     out = []
-    for p in make_plan(spec):
+    for p in first_round(spec):
         r = record_for(spec, p, model_path, "")
-        launch = build_launch(spec, engine, p, spec.server.port or 8000, model_path)
+        launch = deploy_launch(spec, engine, p, model_path)
         out.append({"idx": p.idx, "label": p.label, "changed": list(p.changed), "argv": r.argv, "env": r.env,
                     "command": command_line(spec.host, launch.argv, launch.env, f"{p.idx:03d}-{p.key}.log", spec.name)})
     return out
+
+
+def first_round(spec: Spec) -> list[Planned]:
+    """The plan's trials; a strategy whose package is missing here (optuna) shows the baseline
+    alone and is listed in ``spec.unchecked``."""
+    from bakeoff.errors import MissingExtra
+
+    try:
+        return make_plan(spec)
+    except MissingExtra as err:
+        spec._unchecked.append(f"{err}; only the baseline is shown")
+        return [planned(0, spec.baseline_config(), spec)]
 
 
 # -- orphans -------------------------------------------------------------------------------

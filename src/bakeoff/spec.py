@@ -12,7 +12,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Callable, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from bakeoff.errors import SpecError
 
@@ -221,7 +221,8 @@ class Server(_Strict):
     ``PATH="/usr/local/cuda-13.0/bin:$PATH"`` where the server runs."""
 
     host: str = "127.0.0.1"
-    port: int = Field(default=0, ge=0, le=65535, description="0 picks a free port per trial")
+    port: int = Field(default=0, ge=0, le=65535, description="the port to deploy on (and every trial runs on); 0: each "
+                      "trial on a free port, the command to deploy on the engine's default port")
     args: list[str] = []
     env: dict[str, str] = {}
     env_prepend: dict[str, list[str]] = Field(default={}, description="PATH-like variable -> elements put before the host's value")
@@ -275,6 +276,13 @@ class Server(_Strict):
 
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SWEEP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+HOST_KINDS = ("local", "ssh")
+
+
+def _arg_names(args: list[str], flag: str) -> bool:
+    """``flag`` is given in ``args`` (as its own element or as ``flag=value``)."""
+    return any(a == flag or a.startswith(flag + "=") for a in args)
 
 
 # what bakeoff itself passes to lm_eval: a spec's extra ``args`` may not set these again
@@ -657,6 +665,13 @@ class Spec(_Strict):
     bench: Bench = Bench()
     preflight: Preflight = Preflight()
     triage: Triage = Triage()
+    # checks that could not be made on this machine (the engine's --help, a model that lives on
+    # another machine): one line each; `plan` lists them, `run` refuses them without --unchecked
+    _unchecked: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def unchecked(self) -> list[str]:
+        return list(self._unchecked)
 
     @model_validator(mode="after")
     def _numeric_axes(self) -> "Spec":
@@ -719,6 +734,39 @@ class Spec(_Strict):
                 raise ValueError(f"plan.force: {f!r} is not 'axis=value' of a declared axis")
         return self
 
+    # -- first contact (issue 25): inputs that used to pass without a word -------------------
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, v: str) -> str:
+        """The name is the sweep directory's (runs/<name>): one plain path component."""
+        if not SWEEP_NAME.fullmatch(v) or v in (".", ".."):
+            raise ValueError(f"{v!r} is not a plain name: letters, digits, '_', '.', '-' (it names the directory runs/<name>)")
+        return v
+
+    @model_validator(mode="after")
+    def _host_kind(self) -> "Spec":
+        kind = self.host.get("kind", "local")
+        if kind not in HOST_KINDS:
+            from bakeoff.run.engines.base import suggest
+
+            raise ValueError(f"host.kind: unknown host kind {kind!r}{suggest(str(kind), list(HOST_KINDS))}; "
+                             f"valid: {', '.join(HOST_KINDS)}")
+        if kind == "local" and set(self.host) - {"kind"}:
+            extra = sorted(set(self.host) - {"kind"})
+            raise ValueError(f"host.{extra[0]}: unknown key for a local host (a local host takes only kind; "
+                             "did you mean kind = \"ssh\"?)")
+        return self
+
+    @model_validator(mode="after")
+    def _flag_set_once(self) -> "Spec":
+        """A flag is either fixed (``server.args``) or swept (an axis), never both: the engine
+        would get it twice and which one wins is the engine's guess."""
+        for a in self.axes:
+            if a.flag is not None and _arg_names(self.server.args, a.flag):
+                raise ValueError(f"server.args: {a.flag} is also axis {a.name!r}; give it in one place "
+                                 "(the axis's baseline value is what the fixed flag said)")
+        return self
+
     @model_validator(mode="after")
     def _thinking_sent(self) -> "Spec":
         if self.server.thinking != "auto" and self.bench.tool != "bakeoff":
@@ -741,6 +789,15 @@ class Spec(_Strict):
             return self.model.resolve(exists=lambda p: True)
         return self.model.resolve()
 
+    def model_path_here(self) -> str:
+        """``model_path()`` where this machine can resolve it; else the path as written, listed
+        in ``unchecked`` (`bakeoff plan` of a spec for another machine)."""
+        try:
+            return self.model_path()
+        except SpecError as err:
+            self._unchecked.append(_not_here(err))
+            return self.model.path.removeprefix("hf:")
+
     def baseline_config(self) -> dict[str, Value]:
         """The baseline: explicit values, else each axis's first value."""
         return {a.name: self.baseline.get(a.name, a.values[0]) for a in self.axes}
@@ -755,26 +812,51 @@ def _format_error(err: ValidationError, source: str) -> str:
         loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
         msg = e["msg"].removeprefix("Value error, ")
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
+            msg = "unknown key" + _key_hint(e["loc"])
         if e["type"] == "missing":
             msg = "required key is missing"
         if "input" in e and e["type"] not in ("missing", "extra_forbidden") and not isinstance(e["input"], dict):
             msg += f" (got {e['input']!r})"
-        lines.append(f"{loc}: {msg}")
+        named = not e["loc"] and re.match(r"[\w.\[\]-]+: ", msg)  # a cross-field rule names its own field
+        lines.append(msg if named else f"{loc}: {msg}")
     return f"{source}: invalid spec\n  " + "\n  ".join(lines)
 
 
-def parse(data: dict, source: str = "<spec>") -> Spec:
+def _key_hint(loc: tuple) -> str:
+    """" (did you mean X?); valid: ..." for an unknown key at ``loc``: the keys of the model
+    that holds it, walked down from Spec."""
+    from bakeoff.run.engines.base import suggest
+
+    model: Any = Spec
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return ""
+        ann = field.annotation
+        args = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)]
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else (args[0] if args else None)
+        if model is None:
+            return ""
+    keys = list(getattr(model, "model_fields", {}))
+    return f"{suggest(str(loc[-1]), keys)}; valid: {', '.join(keys)}" if keys else ""
+
+
+def parse(data: dict, source: str = "<spec>", here_only: bool = False) -> Spec:
+    """The validated spec. ``here_only`` (`bakeoff plan`): a check this machine cannot make (a
+    model path that does not exist here) is listed in ``spec.unchecked`` instead of failing."""
     try:
         spec = Spec.model_validate(data)
     except ValidationError as err:
         raise SpecError(_format_error(err, source)) from None
     _validate_host(spec, source)
-    _validate_against_engine(spec, source)
+    _validate_against_engine(spec, source, here_only)
+    _validate_own_flags(spec, source)
     return spec
 
 
-def loads(text: str, source: str = "<spec>") -> Spec:
+def loads(text: str, source: str = "<spec>", here_only: bool = False) -> Spec:
     """Parse TOML text into a Spec; every failure is one SpecError naming the field."""
     try:
         data = tomllib.loads(text)
@@ -782,10 +864,10 @@ def loads(text: str, source: str = "<spec>") -> Spec:
         raise SpecError(f"{source}: not valid TOML: {err}") from None
     except RecursionError:
         raise SpecError(f"{source}: not valid TOML: nested too deeply") from None
-    return parse(data, source)
+    return parse(data, source, here_only)
 
 
-def load(path: str | os.PathLike) -> Spec:
+def load(path: str | os.PathLike, here_only: bool = False) -> Spec:
     p = Path(path)
     if not p.is_file():
         raise SpecError(f"{p}: spec file not found")
@@ -795,7 +877,7 @@ def load(path: str | os.PathLike) -> Spec:
         raise SpecError(f"{p}: not a UTF-8 text file") from None
     except OSError as err:
         raise SpecError(f"{p}: cannot read the spec file ({err.strerror})") from None
-    return loads(text, str(p))
+    return loads(text, str(p), here_only)
 
 
 def _validate_host(spec: Spec, source: str) -> None:
@@ -809,7 +891,7 @@ def _validate_host(spec: Spec, source: str) -> None:
             raise SpecError(f"{source}: {err}") from None
 
 
-def _validate_against_engine(spec: Spec, source: str) -> None:
+def _validate_against_engine(spec: Spec, source: str, here_only: bool = False) -> None:
     """Axis values against the engine's --help, model-axis paths against the file system: here
     for a local spec; for a remote one ``run.hosts.checks.on_host`` does both on the host at the
     start of ``bakeoff run`` (a captured ``engine_options.help_text`` is still read here)."""
@@ -822,14 +904,23 @@ def _validate_against_engine(spec: Spec, source: str) -> None:
     except SpecError as err:
         raise SpecError(f"{source}: {err}") from None
     remote_help = spec.is_remote and not spec.engine_options.get("help_text")
+    valued = [a for a in spec.axes if a.flag is not None and any(not isinstance(v, bool) for v in a.values)]
+    try:
+        why = None if remote_help or not valued else engine.cannot_check_here()
+    except (TypeError, ValueError, OSError) as err:  # engine_options are user input too
+        raise SpecError(f"{source}: engine_options: cannot check the axis values with these options: {err}") from None
+    if why:
+        spec._unchecked.append(f"axis values ({', '.join(a.flag for a in valued)}): {why}")
     for axis in spec.axes:
         if axis.model and not spec.is_remote:
             for value in axis.values:
                 try:
                     Model(path=str(value)).resolve()
                 except SpecError as err:
-                    raise SpecError(f"{source}: axes.{axis.name}: {err}") from None
-        if axis.flag is None or remote_help:
+                    if not here_only:
+                        raise SpecError(f"{source}: axes.{axis.name}: {err}") from None
+                    spec._unchecked.append(f"axes.{axis.name}: {_not_here(err)}")
+        if axis.flag is None or remote_help or why:
             continue
         if axis.numeric:
             _check_numeric_flag(engine, axis, source)
@@ -842,6 +933,82 @@ def _validate_against_engine(spec: Spec, source: str) -> None:
                 raise SpecError(f"{source}: axes.{axis.name}: {err}") from None
             except (TypeError, ValueError, OSError) as err:  # engine_options are user input too
                 raise SpecError(f"{source}: engine_options: cannot check axes.{axis.name} with these options: {err}") from None
+
+
+_SENTINELS = {"\x00model\x00": "model.path", "\x00host\x00": "server.host", "1": "server.port",
+              "\x00name\x00": "model.name"}
+
+
+def own_flags(engine) -> dict[str, str]:
+    """Flags bakeoff itself puts on the engine's command -> the spec field that sets them
+    (``--port`` -> server.port), read from the engine's own command with marked values; for an
+    engine whose program cannot be found here, just ``--host`` and ``--port``."""
+    from bakeoff.run.engines.base import LaunchContext
+
+    marks = {v: k for k, v in _SENTINELS.items()}
+    ctx = LaunchContext(model=marks["model.path"], host=marks["server.host"], port=1, args=[], axis_args=[],
+                        served_model_name=marks["model.name"])
+    try:
+        argv = engine.command(ctx)
+    except SpecError:
+        return {"--host": "server.host", "--port": "server.port"}
+    out = {}
+    for flag, value in zip(argv, argv[1:]):
+        for mark, field in _SENTINELS.items():
+            if flag.startswith("-") and (value == mark or (mark != "1" and mark in value)):
+                out[flag] = field
+    return out
+
+
+def _flag_values(args: list[str]) -> list[tuple[str, str]]:
+    """(flag, value) pairs of an argv list: ``--flag value`` and ``--flag=value``."""
+    out = []
+    for i, a in enumerate(args):
+        if a.startswith("-") and "=" in a:
+            out.append(tuple(a.split("=", 1)))
+        elif a.startswith("-") and i + 1 < len(args):
+            out.append((a, args[i + 1]))
+    return out
+
+
+def _check_whole_numbers(spec: Spec, engine, source: str) -> None:
+    """A flag the engine takes as a whole number gets one, in ``server.args`` and on an axis."""
+    ints = set(engine.int_flags)
+    for flag, value in _flag_values(spec.server.args):
+        if flag in ints and not re.fullmatch(r"-?\d+", value):
+            raise SpecError(f"{source}: server.args: {flag} takes a whole number, not {value!r}")
+    for axis in spec.axes:
+        if axis.flag in ints:
+            bad = [v for v in axis.values if not isinstance(v, bool) and not re.fullmatch(r"-?\d+", render(v))]
+            if bad:
+                raise SpecError(f"{source}: axes.{axis.name}: {axis.flag} takes a whole number, not {bad[0]!r}")
+
+
+def _validate_own_flags(spec: Spec, source: str) -> None:
+    """``server.args`` and the axes do not set what bakeoff sets (the model, host and port: each
+    has its own spec field); a generic command has a ``{port}`` to run trials on."""
+    from bakeoff.run.engines.base import get_engine
+
+    engine = get_engine(spec.engine, **spec.engine_options)
+    template = getattr(engine, "template", None)
+    if template is not None and not any("{port}" in part for part in template):
+        raise SpecError(f"{source}: engine_options.command: no {{port}} in {template!r}; bakeoff runs each trial on "
+                        "a port of its own and the command to deploy on server.port (e.g. \"--port\", \"{port}\")")
+    _check_whole_numbers(spec, engine, source)
+    # the served name (model.name) is left out: an engine may take more than one (llama.cpp --alias)
+    owned = {flag: field for flag, field in own_flags(engine).items() if field != "model.name"}
+    for flag, field in owned.items():
+        if _arg_names(spec.server.args, flag):
+            raise SpecError(f"{source}: server.args: {flag} is set by bakeoff from {field}; set {field} instead")
+        for axis in spec.axes:
+            if axis.flag == flag:
+                raise SpecError(f"{source}: axes.{axis.name}: {flag} is set by bakeoff from {field}"
+                                + ("; sweep models with 'model = true'" if field == "model.path" else f"; set {field} instead"))
+
+
+def _not_here(err: SpecError) -> str:
+    """A failed local check, said as what it is for `bakeoff plan`: missing on this machine."""
+    return str(err).replace(" does not exist", " does not exist on this machine", 1)
 
 
 def _check_numeric_flag(engine, axis: Axis, source: str) -> None:

@@ -19,7 +19,6 @@ CLI's last lines) prints those sentences as they are; none decides anything.
 from __future__ import annotations
 
 import math
-import shlex
 import statistics
 from dataclasses import asdict, dataclass, field
 
@@ -38,10 +37,11 @@ def label(rec: TrialRecord) -> str:
 
 
 def command_line(rec: TrialRecord) -> str:
-    """The exact launch command, ready to paste (env shown as VAR=value; secrets masked)."""
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in rec.env.items())
-    cmd = shlex.join(rec.argv)
-    return f"{env} {cmd}" if env else cmd
+    """The command to deploy this trial's configuration, ready to paste: the user's port, env as
+    VAR=value, secrets masked; the same text `bakeoff plan` prints (``shell_line``)."""
+    from bakeoff.run.hosts.base import shell_line
+
+    return shell_line(rec.argv, rec.env)
 
 
 def judged(rec: TrialRecord) -> str | None:

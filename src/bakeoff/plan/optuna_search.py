@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import warnings
 
-from bakeoff.errors import SpecError
+from bakeoff.errors import MissingExtra
 from bakeoff.plan import config_key
 from bakeoff.plan import space
 from bakeoff.plan.base import Strategy, register
@@ -83,8 +83,7 @@ class OptunaSearch(Strategy):
             import optuna
             from optuna.trial import TrialState, create_trial
         except ImportError:
-            raise SpecError("plan.strategy: 'optuna' needs the optuna package: pip install 'optuna==4.5.0' "
-                            "(or bakeoff[optuna])") from None
+            raise MissingExtra("plan.strategy = 'optuna'", "optuna", "optuna") from None
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)

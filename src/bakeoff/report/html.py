@@ -13,7 +13,7 @@ import time
 from html import escape
 from pathlib import Path
 
-from bakeoff.errors import BakeoffError
+from bakeoff.errors import MissingExtra
 from bakeoff import decide
 from bakeoff.decide import CORRECT, label
 from bakeoff.spec import render as render_value
@@ -160,8 +160,9 @@ def verdict_matrix(spec: dict, trials: list[TrialRecord]) -> str:
 
 
 # -- the single-change table -----------------------------------------------------------------
-def change_table(trials: list[TrialRecord]) -> str:
+def change_table(trials: list[TrialRecord], spec: dict | None = None) -> str:
     from bakeoff.report import speed
+    from bakeoff.report.matrix import combination_note
 
     slo = speed.has_slo(trials)
     out = ['<table id="single-change"><tr><th>#</th><th>single change</th><th>result</th><th class="num">output tok/s (95 % CI)</th>'
@@ -173,6 +174,9 @@ def change_table(trials: list[TrialRecord]) -> str:
         ev = [f"<div>{e(t.detail)}</div>"] if t.detail else []
         if t.metrics.get("hint"):
             ev.append(f'<div class="hint">hint: {e(t.metrics["hint"])}</div>')
+        combo = combination_note(t, spec or {}, trials)
+        if combo:
+            ev.append(f'<div class="hint">{e(combo)}</div>')
         if t.evidence and t.verdict not in CORRECT:
             lines = t.evidence[:MAX_EVIDENCE]
             ev.append(f"<details><summary>log evidence ({len(t.evidence)} line{'s' if len(t.evidence) != 1 else ''})</summary>"
@@ -187,12 +191,18 @@ def change_table(trials: list[TrialRecord]) -> str:
     return "\n".join(out)
 
 
+def latency_table(trials: list[TrialRecord]) -> str:
+    from bakeoff.report.latency import html_table
+
+    return html_table(trials)
+
+
 # -- plots -----------------------------------------------------------------------------------
 def _plt():
     try:
         import matplotlib
     except ImportError:
-        raise BakeoffError("--html needs matplotlib: pip install 'matplotlib==3.11.2'") from None
+        raise MissingExtra("report --html", "html", "matplotlib") from None
     matplotlib.use("Agg", force=True)
     matplotlib.rcParams.update({"svg.fonttype": "none", "font.size": 10, "axes.spines.top": False,
                                 "axes.spines.right": False})
@@ -421,7 +431,8 @@ def render_html(store: Store) -> str:
                                          for v, n in counts.items()) + "</div>",
         "<h2>Recommendation</h2>", recommendation(decide.load(store)),
         "<h2>Verdict matrix</h2>", verdict_matrix(spec, trials),
-        "<h2>Single changes vs the baseline</h2>", change_table(trials),
+        "<h2>Single changes vs the baseline</h2>", change_table(trials, spec),
+        latency_table(trials),
         "<h2>Throughput vs latency</h2>", perf_plot(trials),
         "<h2>Startup timelines</h2>", timeline_plot(trials),
         (c := numeric_curve_plot(spec, trials)) and "<h2>Numeric axes</h2>" + c,

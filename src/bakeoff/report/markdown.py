@@ -7,7 +7,8 @@ from pathlib import Path
 from bakeoff import decide
 from bakeoff.decide import CORRECT, command_line, label  # noqa: F401  (renderers import them from here)
 from bakeoff.report import curves
-from bakeoff.report import speed
+from bakeoff.report import latency, speed
+from bakeoff.report.matrix import combination_note
 from bakeoff.store import Store, TrialRecord
 
 MODES = {"single": "single-request", "long": "long-prompt (near the context length)", "concurrent": "concurrent-requests",
@@ -18,7 +19,9 @@ def _fmt(x, spec: str = ".1f") -> str:
     return "—" if x is None else format(x, spec)
 
 
-def render(store: Store) -> str:
+def render(store: Store, recommendation: bool = True) -> str:
+    """The report; ``recommendation=False`` leaves its Recommendation section out (the end of
+    `bakeoff run` prints the decision's lines last, once)."""
     sweep = store.sweep() or {"name": "?", "spec": {}, "fingerprint": {}}
     trials = store.current()
     stale = [t for t in store.trials() if t not in trials]
@@ -32,7 +35,8 @@ def render(store: Store) -> str:
     hw = ", ".join(f"{g.get('name')} (sm_{g.get('compute_capability', '?')})" for g in gpus) if gpus else (fp.get("cpu") or {}).get("model", "CPU")
     ver = f", {spec.get('engine')} {fp['engine_version']}" if fp.get("engine_version") else ""
     lines.append(f"Hardware: {hw}{ver}. Fingerprint `{fp.get('hash', '?')}`" + (f" ({fp['note']})." if fp.get("note") else "."))
-    lines += ["", "## Recommendation", "", *_recommendation(decision)]
+    if recommendation:
+        lines += ["", "## Recommendation", "", *_recommendation(decision)]
     slo = speed.has_slo(trials)
     lines += ["", "## Trials", "",
               "| # | single change vs baseline | verdict | cause | output tok/s (95 % CI) | TTFT p50 ms | "
@@ -48,6 +52,7 @@ def render(store: Store) -> str:
         cause = f"{t.cause} ({t.metrics['failed_mode']})" if t.verdict == "wrong" and t.metrics.get("failed_mode") else t.cause or ""
         lines.append(f"| {t.idx} | {label(t)} | **{verdict}** | {cause} | {speed.throughput(t)} | "
                      f"{_fmt(t.metrics.get('ttft_p50_ms'))} | " + (f"{speed.goodput(t)} | " if slo else "") + f"{ratio} | {ev} |")
+    lines += latency.markdown_lines(trials)
     lines += _lm_eval_lines(trials)
     energy = [t for t in trials if t.metrics.get("energy")]
     if energy:
@@ -72,6 +77,9 @@ def render(store: Store) -> str:
                     lines += ["", "Measured: " + ", ".join(f"{k}={v}" for k, v in measured.items() if k != "lm_eval")]
             if t.metrics.get("hint"):
                 lines += ["", f"Hint: {t.metrics['hint']}"]
+            combo = combination_note(t, spec, trials)
+            if combo:
+                lines += ["", combo]
             if t.evidence:
                 lines += ["", "```", *[e for e in t.evidence][:12], "```"]
             if t.log_path:

@@ -27,7 +27,7 @@ from bakeoff import decide
 from bakeoff.store import Store, TrialRecord
 
 FORMAT = "bakeoff-compat-matrix"
-VERSION = 1
+VERSION = 2  # 2: a value that failed only in combination has verdict null and ``combination`` (1 still reads)
 BAD_VERDICTS = ("crashed", "wrong")
 
 
@@ -42,6 +42,9 @@ class ValueResult(_Strict):
     hard: bool = False
     trial: int
     output_tok_s: float | None = None
+    # the failure is known only in this configuration (the other axes' values): the value itself
+    # is not known bad; the configuration is, in ``configs``
+    combination: dict[str, str] | None = None
 
 
 class AxisEntry(_Strict):
@@ -104,7 +107,7 @@ def export_matrix(store: Store) -> dict:
         for t in trials:
             if name not in t.config or t.verdict is None or t.changed not in ([], [name]):
                 continue
-            entry["values"].setdefault(render(t.config[name]), _result(t))
+            entry["values"].setdefault(render(t.config[name]), _value_result(t, name, trials))
         axes[name] = entry
     configs = [{"key": t.key, "config": {k: render(v) for k, v in t.config.items()}, "changed": list(t.changed),
                 "verdict": t.verdict, "cause": t.cause, "detail": t.detail, "hard": bool(t.metrics.get("hard")),
@@ -114,6 +117,50 @@ def export_matrix(store: Store) -> dict:
             "engine_version": fp.get("engine_version"), "model": model.get("name") or model.get("path"),
             "fingerprint": fp, "axes": axes, "configs": configs,
             "recommendation": decide.load(store).summary_lines()}
+
+
+def only_in_combination(t: TrialRecord, name: str, trials: list[TrialRecord]) -> dict[str, str] | None:
+    """The other axes' values of ``t`` when its failure belongs to that combination, not to its
+    value of ``name`` alone: a launch failure the engine repeats but did not call a bad value
+    (not ``hard``: e.g. llama.cpp's quantized V cache with flash attention off), or a value that
+    passed in another configuration. None when the value itself is what failed (or nothing did)."""
+    if t.verdict not in BAD_VERDICTS or len(t.config) < 2:
+        return None
+    value = render(t.config[name])
+    passed_elsewhere = any(o.verdict in decide.CORRECT and render(o.config.get(name)) == value for o in trials if o is not t)
+    config_failure = t.verdict == "crashed" and not t.metrics.get("hard") and t.cause in REPRODUCIBLE_CAUSES
+    if not (passed_elsewhere or config_failure):
+        return None
+    return {k: render(v) for k, v in t.config.items() if k != name}
+
+
+def combination_note(t: TrialRecord, spec: dict, trials: list[TrialRecord]) -> str | None:
+    """For a trial whose single change failed only in combination with the baseline's other
+    values: which combination, and the other values that might work with the change (or the
+    bisect strategy, which names the smallest incompatible set)."""
+    if len(t.changed) != 1:
+        return None
+    name = t.changed[0]
+    combo = only_in_combination(t, name, trials)
+    if combo is None:
+        return None
+    axes = {a["name"]: [render(v) for v in a.get("values") or []] for a in spec.get("axes") or []}
+    others = [f"{k}={v}" for k, held in combo.items() for v in axes.get(k, []) if v != held]
+    change = f"{name}={render(t.config[name])}"
+    held = ", ".join(f"{k}={v}" for k, v in combo.items())
+    tip = f"try {change} with {' or '.join(others)}" if others else "try it with other values of those axes"
+    return (f"Only this combination is known broken, not {change} itself: it ran with {held}; {tip}, "
+            f"or plan.strategy = \"bisect\" to name the incompatible set.")
+
+
+def _value_result(t: TrialRecord, name: str, trials: list[TrialRecord]) -> dict:
+    """A value's entry: its trial's result, or, when only a combination failed, no verdict for
+    the value and the combination it failed in."""
+    res = _result(t)
+    combo = only_in_combination(t, name, trials)
+    if combo is not None:
+        res.update(verdict=None, combination=combo)
+    return res
 
 
 def _result(t: TrialRecord) -> dict:

@@ -22,7 +22,7 @@ from bakeoff.run.engines.base import Engine, LaunchContext
 from bakeoff.errors import InfraError
 from bakeoff.run.hosts.base import Handle, Host, PathEdit
 from bakeoff.plan import Planned, axis_env_and_args, model_of
-from bakeoff.redact import redact_env, redact_text, remember
+from bakeoff.redact import redact_env, redact_obj, redact_text, remember
 from bakeoff.spec import Spec
 from bakeoff.store import Store, TrialRecord
 from bakeoff.judge.triage import Diagnosis, classify
@@ -64,6 +64,18 @@ def build_launch(spec: Spec, engine: Engine, planned: Planned, port: int, model_
     return Launch(engine.command(ctx), env, port)
 
 
+def deploy_port(spec: Spec, engine: Engine) -> int:
+    """The port of the command to deploy: the spec's ``server.port``, else the engine's own
+    default. Never the free port a trial happened to run on."""
+    return spec.server.port or engine.default_port
+
+
+def deploy_launch(spec: Spec, engine: Engine, planned: Planned, model_path: str) -> Launch:
+    """The argv and env to deploy this configuration with: the trial's launch on the user's port
+    (what `bakeoff plan`, the store and every recommendation show)."""
+    return build_launch(spec, engine, planned, deploy_port(spec, engine), model_path)
+
+
 class TrialRunner:
     def __init__(self, spec: Spec, engine: Engine, host: Host, store: Store, sweep_dir: Path,
                  model_path: str, progress: Progress | None = None, should_stop: Callable[[], bool] = lambda: False) -> None:
@@ -91,7 +103,9 @@ class TrialRunner:
         log_path = self.dir / "logs" / f"{planned.idx:03d}-{planned.key}.log"
         self.progress("launch", " ".join(launch.argv[:3]))
         handle = self.host.start(launch.argv, launch.env, log_path)
-        rec = rec.with_(state="running", argv=launch.argv, env=redact_env(launch.env), log_path=str(log_path),
+        # the store keeps the command to deploy (the user's port); the port this trial ran on is rec.port
+        deploy = deploy_launch(self.spec, self.engine, planned, self.model_path)
+        rec = rec.with_(state="running", argv=redact_obj(deploy.argv), env=redact_env(deploy.env), log_path=str(log_path),
                         pid=handle.pid, pgid=handle.pgid, port=port, argv0=launch.argv[0], started=time.time(),
                         attempts=rec.attempts + 1, verdict=None, cause=None, detail=None)
         self.store.save(rec)

@@ -56,6 +56,11 @@ class Engine:
     # How the OpenAI-compatible API of this engine spells generation extras.
     supports_logprobs: ClassVar[bool] = True
     supports_ignore_eos: ClassVar[bool] = False
+    # the port the engine serves on when no --port is given: a deploy command without a port in the
+    # spec names this one (never a trial's throw-away port)
+    default_port: ClassVar[int] = 8000
+    # flags that take a whole number (a spec value such as "--threads 2.5" is refused before launch)
+    int_flags: ClassVar[tuple[str, ...]] = ()
     # log lines that mean "ready" even if the health endpoint is slow to say so
     ready_pattern: ClassVar[str | None] = None
 
@@ -67,6 +72,11 @@ class Engine:
 
     def version(self) -> str | None:
         """The installed engine's version, for the environment fingerprint."""
+        return None
+
+    def cannot_check_here(self) -> str | None:
+        """Why axis values cannot be checked on this machine (the engine's --help cannot be read
+        here: not installed, a wrong binary path), or None when they can or there is nothing to check."""
         return None
 
     def phase_of(self, line: str) -> str | None:
@@ -97,7 +107,21 @@ def get_engine(kind: str, **options) -> Engine:
         close = difflib.get_close_matches(kind, _REGISTRY, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise SpecError(f"engine: unknown engine {kind!r}{hint}; known: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[kind](**options)
+    cls = _REGISTRY[kind]
+    known = option_names(cls)
+    for key in options:
+        if key not in known:
+            raise SpecError(f"engine_options.{key}: unknown option for engine {kind!r}{suggest(key, known)}; "
+                            f"valid: {', '.join(known) or '(none)'}")
+    return cls(**options)
+
+
+def option_names(cls: type[Engine]) -> list[str]:
+    """The ``engine_options`` keys an engine takes: its constructor's keyword parameters."""
+    import inspect
+
+    params = inspect.signature(cls.__init__).parameters.values()
+    return [p.name for p in params if p.name != "self" and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
 
 
 def _load_all() -> None:

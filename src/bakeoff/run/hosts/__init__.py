@@ -6,11 +6,10 @@
 
 from __future__ import annotations
 
-import shlex
 
 from bakeoff.errors import SpecError
 from bakeoff.redact import MASK, is_secret, redact_text
-from bakeoff.run.hosts.base import Handle, Host, PathEdit
+from bakeoff.run.hosts.base import Handle, Host, PathEdit, shell_line
 
 __all__ = ["Handle", "Host", "get_host", "command_line"]
 
@@ -43,5 +42,4 @@ def command_line(options: dict, argv: list[str], env: dict[str, str], log_name: 
         from bakeoff.run.hosts.ssh import plan_command
 
         return redact_text(plan_command(options, list(argv), shown, log_name, sweep))
-    words = [f"{k}={v.shell() if isinstance(v, PathEdit) else shlex.quote(v)}" for k, v in shown.items()]
-    return redact_text(" ".join([*words, shlex.join(argv)]))
+    return shell_line(list(argv), shown)

@@ -6,6 +6,7 @@ to a log file, reports whether it is still alive, and stops the whole process tr
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,31 @@ class PathEdit(str):
             return "".join("\\" + c if c in '\\"$`' else c for c in text)
 
         return '"' + ":".join([*map(dq, self.before), "$" + self.name, *map(dq, self.after)]) + '"'
+
+
+def path_edit_of(name: str, value: str) -> PathEdit | None:
+    """A stored env value that reads as a PathEdit (``/a:$PATH``, from the store's JSON) as one
+    again, so that a command rendered from the store expands ``$PATH`` as `bakeoff plan`'s does."""
+    parts = value.split(":")
+    if f"${name}" not in parts:
+        return None
+    at = parts.index(f"${name}")
+    return PathEdit(name, parts[:at], parts[at + 1:])
+
+
+def shell_line(argv: list[str], env: dict[str, str]) -> str:
+    """THE rendering of a launch command as one line to paste into a shell: ``K=V ... ARGV``, each
+    argv element one quoted word, a PATH-like edit as ``"/a:$PATH"``. `bakeoff plan` (local host),
+    the recommendation, the fallbacks and every report print this text; masking secrets applies
+    here once."""
+    from bakeoff.redact import MASK, is_secret, redact_text
+
+    words = []
+    for k, v in env.items():
+        edit = v if isinstance(v, PathEdit) else path_edit_of(k, v)
+        shown = edit.shell() if edit is not None else shlex.quote(MASK if is_secret(k) and v else v)
+        words.append(f"{k}={shown}")
+    return redact_text(" ".join([*words, shlex.join(argv)]))
 
 
 def host_env(env: dict[str, str], current: dict[str, str]) -> dict[str, str]:
