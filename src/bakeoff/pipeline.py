@@ -16,6 +16,7 @@ configuration never stops the sweep; only bakeoff's own bugs propagate.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -27,7 +28,9 @@ from bakeoff import decide
 from bakeoff.plan import Planned, make_plan, planned
 from bakeoff.plan.base import make_strategy
 from bakeoff.plan.prune import Gate
-from bakeoff.redact import redact_env, redact_obj, remember
+from bakeoff.errors import SpecError
+from bakeoff.measure.client import api_key, use_api_key_env
+from bakeoff.redact import is_secret_flag, mask_argv, redact_env, remember, remember_argv, remember_values
 from bakeoff.measure import remeasure
 from bakeoff.report import write_reports
 from bakeoff.run.engines.base import get_engine
@@ -89,11 +92,27 @@ class StopFlag:
 
 # -- resolve -------------------------------------------------------------------------------
 def remember_secrets(spec: Spec) -> None:
-    """Secret-named env values of the spec (server.env and env axes) are masked everywhere."""
+    """Secret-named env values of the spec (server.env and env axes), secret flags' values
+    (``--api-key sk-...`` in server.args or a flag axis) and the API key bakeoff sends
+    (``server.api_key_env``) are masked everywhere."""
     remember(spec.server.env)
+    remember_argv(list(spec.server.args))
     for axis in spec.axes:
         if axis.env is not None:
             remember({axis.env: str(v) for v in axis.values if not isinstance(v, bool)})
+        if axis.flag is not None and is_secret_flag(axis.flag):
+            remember_values([str(v) for v in axis.values if not isinstance(v, bool)])
+    use_api_key_env(spec.server.api_key_env)
+    remember_values([api_key()] if api_key() else [])
+
+
+def check_api_key(spec: Spec) -> None:
+    """``server.api_key_env`` names a variable set in bakeoff's environment (else every request
+    would be refused and every trial judged on 401s)."""
+    name = spec.server.api_key_env
+    if name is not None and not os.environ.get(name):
+        raise SpecError(f"server.api_key_env: {name} is not set (or empty) in bakeoff's environment; "
+                        f"export {name}=<the server's API key> before `bakeoff run`")
 
 
 def make_host(spec: Spec) -> Host:
@@ -109,7 +128,7 @@ def record_for(spec: Spec, p: Planned, model_path: str, identity: str) -> TrialR
     engine = get_engine(spec.engine, **spec.engine_options)
     launch = build_launch(spec, engine, p, spec.server.port or 8000, model_path)
     return TrialRecord(key=p.key, idx=p.idx, config=dict(p.config), changed=list(p.changed),
-                       argv=redact_obj(launch.argv), env=redact_env(launch.env), identity=identity)
+                       argv=mask_argv(launch.argv), env=redact_env(launch.env), identity=identity)
 
 
 def plan_json(spec: Spec) -> list[dict]:
@@ -175,6 +194,7 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None,
     events = events or Events()
     out_dir = Path(out_dir).resolve()
     remember_secrets(spec)
+    check_api_key(spec)
     host = make_host(spec)
     model_path = checks_on_host(spec, host, out_dir, events.note)  # model path and axis values, where servers run
     fingerprint = fingerprint_for(spec, host)

@@ -236,6 +236,9 @@ class Server(_Strict):
     thinking_tokens: int | None = Field(
         default=None, ge=0, description="tokens added to every probe request's max_tokens for the thought "
         f"(default {THINKING_TOKENS} with thinking = 'on', else 0)")
+    api_key_env: str | None = Field(
+        default=None, description="a variable of bakeoff's environment holding the server's API key: every probe, "
+        "benchmark and lm_eval request sends 'Authorization: Bearer <its value>'; the value is never shown")
 
     @property
     def thinking_room(self) -> int:
@@ -267,6 +270,14 @@ class Server(_Strict):
                     if not part or ":" in part or any(c in part for c in "\n\0"):
                         raise ValueError(f"{where}.{name}: {part!r} is not one element (non-empty, no ':' or newline)")
         return self
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _api_key_env_name(cls, v: str | None) -> str | None:
+        if v is not None and not ENV_NAME.fullmatch(v):
+            raise ValueError(f"{v!r} is not a variable name; give the NAME of the variable holding the key, "
+                             "e.g. api_key_env = \"MY_SERVER_KEY\" (never the key itself)")
+        return v
 
     def path_edits(self) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
         """variable -> (elements before, elements after) the host's own value."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.errors import StoreError
-from bakeoff.redact import redact_env, redact_obj, redact_text
+from bakeoff.redact import mask_argv, redact_env, redact_obj, redact_text
 
 SCHEMA_VERSION = 2  # 2: trials.identity (what the result depends on), meta 'decision'
 
@@ -249,6 +249,7 @@ class Store:
     def _write(self, rec: TrialRecord) -> None:
         d = rec.__dict__.copy()
         d["env"] = redact_env(d["env"])
+        d["argv"] = mask_argv(d["argv"])
         for f in ("detail", "cause"):
             if d[f]:
                 d[f] = redact_text(d[f])

@@ -19,12 +19,12 @@ CLI's last lines) prints those sentences as they are; none decides anything.
 from __future__ import annotations
 
 import math
-import shlex
 from dataclasses import asdict, dataclass, field
 
 from bakeoff.decide.stats import (MIN_LAUNCHES, LaunchNoise, Ratio, launch_noise, mean_interval, ratio_interval,
                                   ratio_vs_launches, relative_half_width)
 from bakeoff.plan import Planned
+from bakeoff.redact import shell_command
 from bakeoff.store import Store, TrialRecord
 
 CORRECT = ("ok", "slow")
@@ -36,10 +36,10 @@ def label(rec: TrialRecord) -> str:
 
 
 def command_line(rec: TrialRecord) -> str:
-    """The exact launch command, ready to paste (env shown as VAR=value; secrets masked)."""
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in rec.env.items())
-    cmd = shlex.join(rec.argv)
-    return f"{env} {cmd}" if env else cmd
+    """The exact launch command, ready to paste (env shown as VAR=value); a secret is never
+    shown but read from the user's environment: ``HF_TOKEN="${HF_TOKEN:?}"``,
+    ``--api-key "${BAKEOFF_SECRET_API_KEY:?}"`` (``redact.shell_command``)."""
+    return shell_command(rec.argv, rec.env)
 
 
 def judged(rec: TrialRecord) -> str | None:

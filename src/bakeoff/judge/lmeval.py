@@ -11,8 +11,9 @@ task, and one paired test pooled over every task's documents (one p, no multiple
 
 lm_eval failing (not installed, crashed, no samples, a metric that is not 0/1 per document) is
 ``LmEvalError``, an infrastructure fault: never a pass, never ``wrong`` for the configuration.
-The API key its model sends is whatever ``OPENAI_API_KEY`` holds in bakeoff's own environment,
-which the subprocess inherits; no secret is put on its argv, and its stderr is redacted.
+The API key its model sends is ``[server] api_key_env``'s value, else whatever ``OPENAI_API_KEY``
+holds in bakeoff's own environment, passed in its environment; no secret is put on its argv, and
+its stderr is redacted.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from bakeoff.errors import LmEvalError
+from bakeoff.measure import client
 from bakeoff.redact import redact_text
 from bakeoff.spec import LmEval
 
@@ -72,6 +74,9 @@ def run(cfg: LmEval, base_url: str, model: str | None, out_dir: Path, *, request
     out_dir.mkdir(parents=True)
     cmd = argv(cfg, base_url, model, out_dir, request_timeout_s)
     env = dict(os.environ)
+    key = client.api_key()  # [server] api_key_env: what its model sends, through its environment, never its argv
+    if key:
+        env["OPENAI_API_KEY"] = key
     if cfg.offline:
         env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     log = out_dir / "lm_eval.log"

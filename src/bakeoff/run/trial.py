@@ -19,10 +19,11 @@ from bakeoff.measure import bench
 from bakeoff.measure.power import EnergyMeter
 from bakeoff.judge import lmeval, probes
 from bakeoff.run.engines.base import Engine, LaunchContext
-from bakeoff.errors import InfraError
+from bakeoff.errors import InfraError, LaunchError
 from bakeoff.run.hosts.base import Handle, Host, PathEdit
 from bakeoff.plan import Planned, axis_env_and_args, model_of
-from bakeoff.redact import redact_env, redact_text, remember
+from bakeoff.measure.client import auth_headers, use_api_key_env
+from bakeoff.redact import redact_env, redact_text, remember, remember_argv
 from bakeoff.spec import Spec
 from bakeoff.store import Store, TrialRecord
 from bakeoff.judge.triage import Diagnosis, classify
@@ -74,6 +75,7 @@ class TrialRunner:
         self.should_stop = should_stop
         self._current: Handle | None = None
         self.energy: dict | None = None  # GPU energy and memory during the last bench (NVML), when measurable
+        use_api_key_env(spec.server.api_key_env)  # here too: a Ray worker runs trials in its own process
 
     def abort_current(self) -> None:
         """Ctrl-C: stop the running trial's server now (from a thread, so the signal handler
@@ -88,6 +90,7 @@ class TrialRunner:
         port = self.spec.server.port or self.host.free_port()
         launch = build_launch(self.spec, self.engine, planned, port, self.model_path)
         remember(launch.env)
+        remember_argv(launch.argv)
         log_path = self.dir / "logs" / f"{planned.idx:03d}-{planned.key}.log"
         self.progress("launch", " ".join(launch.argv[:3]))
         handle = self.host.start(launch.argv, launch.env, log_path)
@@ -109,7 +112,7 @@ class TrialRunner:
         last_line = ""
         said = ""
         base = f"http://{self._client_host()}:{port}"
-        with httpx.Client(timeout=2.0) as client:
+        with httpx.Client(timeout=2.0, headers=auth_headers()) as client:
             while True:
                 if self.should_stop():
                     raise Interrupted()
@@ -200,6 +203,8 @@ class TrialRunner:
             rec, handle, launch = self.launch(rec, planned)
         except InfraError as err:
             return _infra_error(rec, err)
+        except LaunchError as err:  # this configuration cannot start (its PATH lacks the binary...): a result
+            return _not_started(rec, err)
         self._current = handle
         left_running = None
         try:
@@ -370,6 +375,16 @@ def _crashed(rec: TrialRecord, diag: Diagnosis, ready: ReadyOutcome, detail: str
                      evidence=[*diag.evidence, *extra_evidence], phases=ready.phases,
                      metrics={"hint": diag.hint, "hard": diag.hard, "confidence": diag.confidence, **metrics},
                      finished=time.time())
+
+
+def _not_started(rec: TrialRecord, err: LaunchError) -> TrialRecord:
+    """A configuration the host could not start at all (its binary not found on its PATH, an
+    argv the host refuses): ``crashed``, cause ``launch``, with the host's reason; the sweep goes on."""
+    why = redact_text(str(err))
+    return rec.with_(state="finished", verdict="crashed", cause="launch", detail=f"could not start: {why}",
+                     evidence=[why], metrics={"hint": "check the binary and the PATH this configuration runs with",
+                                              "hard": False, "confidence": 1.0},
+                     attempts=rec.attempts + 1, started=rec.started or time.time(), finished=time.time())
 
 
 def _infra_error(rec: TrialRecord, err: Exception) -> TrialRecord:
