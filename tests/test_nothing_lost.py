@@ -111,3 +111,67 @@ prune = false
     assert [(r[1], r[2]) for r in rows] == [("crashed", "bad_args"), ("crashed", "launch"), ("crashed", "bad_args")], rows
     assert "llama-server" in rows[1][3] and "could not start" in rows[1][3]
     assert "launch" in (tmp_path / "o" / "report.md").read_text()
+
+
+# -- 3. bad input is found at parse time: one line naming the field, exit 2 -------------------------
+GOOD = f'name = "bad"\nengine = "llamacpp"\n[model]\npath = "{MODEL}"\n[server]\nargs = ["--threads", "1"]\n'
+PROMPT = '[[prompt]]\nid = "p"\ntext = "Say hi."\n'
+LONG = 'filler = "Some text. "\nneedle = "The word for {key} is {word}."\nquestion = "Word for {key}?"\n'
+
+# (id, probe-set files {name: text}, spec addition, what the one error line must say)
+PROBE_CASES = [
+    ("long_without_filler", {"p.toml": PROMPT + '[long]\nneedle = "N {key} {word}"\nquestion = "Q {key}"\n'
+                             'needles = [{ key = "a", word = "X", depth = 0.5 }]\n'}, "", "[long] lacks 'filler'"),
+    ("old_long_without_filler", {"p.toml": PROMPT + '[long]\nfact = "F"\nquestion = "Q"\n'}, "", "[long] lacks 'filler'"),
+    ("include_cycle", {"p.toml": 'include = "q.toml"\n' + PROMPT, "q.toml": 'include = "p.toml"\n' + PROMPT}, "",
+     "`include` cycle (p.toml -> q.toml -> p.toml)"),
+    ("include_itself", {"p.toml": 'include = "p.toml"\n' + PROMPT}, "", "`include` cycle"),
+    ("answer_not_a_regex", {"p.toml": PROMPT + 'answer = "(unclosed"\n'}, "", "`answer` '(unclosed' is not a valid regex"),
+    ("answer_a_number", {"p.toml": PROMPT + "answer = 5\n"}, "", "`answer` must be a regex string"),
+    ("needle_without_word", {"p.toml": PROMPT + "[long]\n" + LONG + 'needles = [{ key = "a", depth = 0.5 }]\n'}, "",
+     "needles[0] needs a string `key` and `word`"),
+    ("needle_without_key", {"p.toml": PROMPT + "[long]\n" + LONG + 'needles = [{ word = "X" }]\n'}, "",
+     "needles[0] needs a string `key` and `word`"),
+    ("needle_template_field", {"p.toml": PROMPT + "[long]\n" + LONG.replace("{word}", "{wrd}") + 'needles = [{ key = "a", word = "X" }]\n'},
+     "", "needle 'The word for {key} is {wrd}.' cannot be filled"),
+    ("preflight_results_missing", {}, '[preflight]\nresults = "nope.json"\n', "preflight.results: 'nope.json' is not a file"),
+    ("preflight_results_malformed", {"r.json": "{not json"}, '[preflight]\nresults = "r.json"\n', "preflight.results: 'r.json' is not readable JSON"),
+    ("preflight_results_shape", {"r.json": '{"results": [{"verdict": "ok"}]}'}, '[preflight]\nresults = "r.json"\n',
+     "preflight.results: 'r.json' is not a preflight results file"),
+]
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("case_id,files,extra,expect", PROBE_CASES, ids=[c[0] for c in PROBE_CASES])
+def test_bad_probe_sets_and_preflight_files_are_one_clear_error(tmp_path, monkeypatch, case_id, files, extra, expect):
+    from typer.testing import CliRunner
+
+    from bakeoff.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    spec = tmp_path / "spec.toml"
+    spec.write_text(GOOD + ('[probes]\nset = "p.toml"\n' if "p.toml" in files else "") + extra)
+    for cmd in (["run", str(spec), "--out", str(tmp_path / "sweep")], ["plan", str(spec)]):
+        res = CliRunner().invoke(app, cmd)
+        assert res.exit_code == 2 and isinstance(res.exception, SystemExit), (cmd[0], res.output, res.exception)
+        assert expect in " ".join(res.output.split()), res.output
+        assert res.output.count("error:") == 1 and "Traceback" not in res.output
+    assert not (tmp_path / "sweep").exists()
+
+
+def test_out_naming_a_file_is_one_clear_error(tmp_path):
+    from typer.testing import CliRunner
+
+    from bakeoff.cli import app
+
+    spec = tmp_path / "spec.toml"
+    spec.write_text(GOOD)
+    (tmp_path / "afile").write_text("x")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        res = CliRunner().invoke(app, ["run", str(spec), "--out", str(out)])
+        assert res.exit_code == 2 and isinstance(res.exception, SystemExit), (res.output, res.exception)
+        assert "--out:" in res.output and "is a file" in " ".join(res.output.split()) and "Traceback" not in res.output

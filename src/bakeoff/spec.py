@@ -596,6 +596,28 @@ class Preflight(_Strict):
     results: str | None = Field(default=None, description="recorded preflight JSON to use instead of probing")
     reps: int = Field(default=10, gt=0)
 
+    @field_validator("results")
+    @classmethod
+    def _results_file(cls, v: str | None) -> str | None:
+        """A recorded results file that exists and holds what ``bakeoff preflight --out`` writes."""
+        if v is None:
+            return v
+        import json
+
+        path = Path(v).expanduser()
+        if not path.is_file():
+            raise ValueError(f"{v!r} is not a file; give the JSON `bakeoff preflight --out FILE` wrote")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            raise ValueError(f"{v!r} is not readable JSON ({err})") from None
+        rows = data.get("results") if isinstance(data, dict) else None
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
+                                                 and isinstance(r.get("verdict"), str) for r in rows):
+            raise ValueError(f"{v!r} is not a preflight results file: it needs \"results\": [{{\"name\", \"verdict\", ...}}] "
+                             "as `bakeoff preflight --out FILE` writes")
+        return v
+
 
 class RayOptions(_Strict):
     """``[ray]``: where the Ray executor runs trials and what each trial reserves.
