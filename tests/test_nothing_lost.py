@@ -175,3 +175,46 @@ def test_out_naming_a_file_is_one_clear_error(tmp_path):
         res = CliRunner().invoke(app, ["run", str(spec), "--out", str(out)])
         assert res.exit_code == 2 and isinstance(res.exception, SystemExit), (res.output, res.exception)
         assert "--out:" in res.output and "is a file" in " ".join(res.output.split()) and "Traceback" not in res.output
+
+
+# -- 6. ready means one real generation answered ----------------------------------------------------
+HEALTHY_BUT_MUTE = '''
+import sys, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers(); self.wfile.write(b"ok")
+    def do_POST(self):
+        time.sleep(3600)  # health is fine; a generation never returns
+    def log_message(self, *a):
+        print("request", self.path, flush=True)
+
+print("stub listening", flush=True)
+ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+'''
+
+
+def test_a_server_whose_health_is_fine_but_whose_generation_never_returns_is_a_hang(tmp_path):
+    """A stub server (named as such): /health answers 200 at once, a generation never returns."""
+    stub = tmp_path / "healthy_but_mute.py"
+    stub.write_text(HEALTHY_BUT_MUTE)
+    spec = tmp_path / "mute.toml"
+    spec.write_text(f'''name = "mute"
+engine = "generic"
+engine_options = {{ command = ["{sys.executable}", "{stub}", "{{port}}"], health = "/health" }}
+[model]
+path = "{stub}"
+[server]
+hang_timeout_s = 3
+request_timeout_s = 30
+startup_timeout_s = 60
+''')
+    res = subprocess.run([*BAKEOFF, "run", str(spec), "--out", str(tmp_path / "o")], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-3000:]
+    db = sqlite3.connect(tmp_path / "o" / "bakeoff.sqlite")
+    ((verdict, cause, detail, started, finished),) = db.execute("SELECT verdict, cause, detail, started, finished FROM trials")
+    assert (verdict, cause) == ("crashed", "hang"), detail
+    assert "one-token generation" in detail and "no answer in 3s" in detail
+    assert finished - started < 30

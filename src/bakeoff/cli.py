@@ -126,7 +126,7 @@ def _fail_on_host_errors(out_dir: Path) -> None:
     from bakeoff.store import open_readonly
 
     with open_readonly(out_dir) as store:
-        lost = [t for t in store.trials() if t.verdict == "infra_error"]
+        lost = [t for t in store.current() if t.verdict == "infra_error"]
     if lost:
         _fail(InfraError(f"{len(lost)} trial(s) not run: the host failed, not the configuration "
                          f"({lost[0].cause}: {lost[0].detail}); run again to retry them"))

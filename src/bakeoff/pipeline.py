@@ -367,13 +367,16 @@ def _dispatch(sw: Sweep, cfg: dict, running: dict[str, Planned]) -> None:
 
 
 def _trial(sw: Sweep, cfg: dict) -> TrialRecord:
-    """The stored record of ``cfg`` for this spec, added as pending when new (or stale)."""
+    """The stored record of ``cfg`` for this spec, added as pending when new. A record of an
+    earlier spec (another identity) is kept as it is, stale, under a key of its own
+    (``Store.retire``); the new trial gets the next index, so its log is a new file too."""
     p0 = planned(0, cfg, sw.spec)
     rec = sw.store.get(p0.key)
     if rec is not None and rec.identity == sw.identity:
         return rec
-    idx = rec.idx if rec is not None else sw.store.next_idx()
-    fresh = record_for(sw.spec, planned(idx, cfg, sw.spec), sw.model_path, sw.identity)
+    if rec is not None:
+        sw.store.retire(rec.key)
+    fresh = record_for(sw.spec, planned(sw.store.next_idx(), cfg, sw.spec), sw.model_path, sw.identity)
     sw.store.save(fresh)
     return fresh
 

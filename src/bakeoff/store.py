@@ -188,6 +188,11 @@ class Store:
         directory) and its identity: trials of another identity are stale."""
         with self._tx():
             created = self.db.execute("SELECT created FROM sweep WHERE id=1").fetchone()
+            before = self.db.execute("SELECT spec FROM sweep WHERE id=1").fetchone()
+            old_ident = self.db.execute("SELECT value FROM meta WHERE key='identity'").fetchone()
+            if before is not None and old_ident is not None and _text(old_ident["value"]) != identity:
+                # the spec its stale trials ran under stays readable: meta 'spec~<identity>'
+                self.db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (f"spec~{_text(old_ident['value'])}", before["spec"]))
             self.db.execute(
                 "INSERT OR REPLACE INTO sweep VALUES (1, ?, ?, ?, ?)",
                 (name, json.dumps(redact_obj(spec)), json.dumps(redact_obj(fingerprint)),
@@ -259,12 +264,34 @@ class Store:
         marks = ", ".join(f":{k}" for k in d)
         self.db.execute(f"INSERT OR REPLACE INTO trials ({cols}) VALUES ({marks})", d)
 
+    def retire(self, key: str) -> TrialRecord | None:
+        """Keep the trial stored under ``key`` (one of an earlier spec: another identity) under a
+        key of its own, ``<key>~<its identity>``, with its artifacts and its log file as they are,
+        so that the configuration's new trial never replaces it; returns the kept record."""
+        with self._tx():
+            rec = self.get(key)
+            if rec is None:
+                return None
+            new = f"{key}~{rec.identity or 'v1'}"
+            n = 1
+            while self.get(new) is not None:  # the same identity again (an edit undone and redone)
+                n += 1
+                new = f"{key}~{rec.identity or 'v1'}~{n}"
+            self.db.execute("UPDATE trials SET key=? WHERE key=?", (new, key))
+            self.db.execute("UPDATE artifacts SET trial_key=? WHERE trial_key=?", (new, key))
+        return self.get(new)
+
     def get(self, key: str) -> TrialRecord | None:
         row = self.db.execute("SELECT * FROM trials WHERE key=?", (key,)).fetchone()
         return _row(row) if row else None
 
     def trials(self) -> list[TrialRecord]:
         return [_row(r) for r in self.db.execute("SELECT * FROM trials ORDER BY idx")]
+
+    def stale(self) -> list[TrialRecord]:
+        """Trials of an earlier spec (another identity): kept, listed apart, never ranked or reused."""
+        ident = self.meta("identity")
+        return [t for t in self.trials() if ident is not None and t.identity != ident]
 
     def current(self) -> list[TrialRecord]:
         """The trials of the spec this sweep runs now (stale ones of an edited spec left out)."""
@@ -283,6 +310,15 @@ class Store:
     def artifact(self, trial_key: str, name: str) -> Any:
         row = self.db.execute("SELECT data FROM artifacts WHERE trial_key=? AND name=?", (trial_key, name)).fetchone()
         return json.loads(row["data"]) if row else None
+
+
+def _text(value: str) -> str:
+    """A meta value as text: JSON, or bare text as an older bakeoff wrote it."""
+    try:
+        v = json.loads(value)
+    except json.JSONDecodeError:
+        return value
+    return v if isinstance(v, str) else json.dumps(v)
 
 
 def _row(row: sqlite3.Row) -> TrialRecord:
@@ -355,4 +391,5 @@ def spec_changes(store: "Store", spec: Any, identity: str) -> list[str]:
     stale = [t for t in store.trials() if t.identity != identity and t.is_finished()]
     what = ", ".join(changed) or "the engine version or the model file"
     return [f"the spec changed since this directory's last run ({what}): {len(stale)} finished trial(s) are stale — "
-            "kept in the store, not ranked or recommended; the configurations still in the spec run again"]
+            "kept in the store with their logs, listed apart, not ranked or recommended; the configurations still "
+            "in the spec run again as new trials"]

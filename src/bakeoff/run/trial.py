@@ -51,6 +51,7 @@ class ReadyOutcome:
     hung: bool = False
     last_line: str = ""
     server_said: str = ""  # the last non-200 health answer (status and body), e.g. "GET /health -> 503 Loading model"
+    why: str = ""  # how it failed, when the flags above do not say it (a generation that never returned)
 
 
 def build_launch(spec: Spec, engine: Engine, planned: Planned, port: int, model_path: str) -> Launch:
@@ -101,8 +102,11 @@ class TrialRunner:
         return rec, handle, launch
 
     def wait_ready(self, handle: Handle, port: int) -> ReadyOutcome:
-        """Poll until every health path answers 200. Returns at once when the process exits,
-        when the log is silent for ``hang_timeout_s``, or at ``startup_timeout_s``."""
+        """Poll until every health path answers 200 and then one real generation (one token)
+        answers: ready means it serves, not only that its health says so (a server whose health
+        is fine and whose generation never returns within ``hang_timeout_s`` is a ``hang``).
+        Returns at once when the process exits, when the log is silent for ``hang_timeout_s``,
+        or at ``startup_timeout_s``."""
         srv = self.spec.server
         t0 = time.monotonic()
         last_change = t0
@@ -135,7 +139,12 @@ class TrialRunner:
                 healthy, answer = self._healthy(client, base)
                 said = answer or said
                 if healthy:
-                    phases.setdefault("ready", round(time.monotonic() - t0, 3))
+                    answered, said = self._first_generation(client, base)
+                    if answered is None:  # the server went away under it: its exit is seen next round
+                        time.sleep(0.25)
+                        continue
+                    if not answered:
+                        return ReadyOutcome(False, phases, hung=True, last_line=last_line, why=said)
                     phases["ready"] = round(time.monotonic() - t0, 3)
                     return ReadyOutcome(True, phases, last_line=last_line)
                 if now - t0 > srv.startup_timeout_s:
@@ -300,7 +309,8 @@ class TrialRunner:
         log = self.host.read_log(handle)
         diag = classify(log, exit_code=ready.exit_code, engine=self.engine.kind,
                         timed_out=ready.timed_out, hung=ready.hung, server_said=ready.server_said or None)
-        how = (f"exited with code {ready.exit_code} before ready" if ready.exit_code is not None
+        how = (ready.why if ready.why
+               else f"exited with code {ready.exit_code} before ready" if ready.exit_code is not None
                else "no new log line for %ss while not ready" % self.spec.server.hang_timeout_s if ready.hung
                else "not ready after %ss" % self.spec.server.startup_timeout_s)
         return _crashed(rec, diag, ready, f"crashed at startup: {how}; {diag.explanation}", exit_code=ready.exit_code)
@@ -356,6 +366,28 @@ class TrialRunner:
             if r.status_code != 200:
                 body = " ".join(r.text.split())[:200]
                 return False, redact_text(f"GET {path} -> {r.status_code} {body}".rstrip())
+        return True, ""
+
+    def _first_generation(self, client: httpx.Client, base: str) -> tuple[bool | None, str]:
+        """One tiny generation (one token, not streamed), after health: (True: it answered,
+        whatever its status, the probes judge the rest; False: no answer within
+        ``hang_timeout_s``, with what to say; None: the connection failed, the server is going)."""
+        srv = self.spec.server
+        model = self._request_model()
+        if self.spec.bench.api == "completions":
+            path, body = "/v1/completions", {"prompt": "Hello", "max_tokens": 1}
+        else:
+            path, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 1}
+        if model:
+            body["model"] = model
+        wait = min(srv.hang_timeout_s, srv.request_timeout_s)
+        try:
+            client.post(base + path, json=body, timeout=httpx.Timeout(wait, connect=5.0))
+        except httpx.TimeoutException:
+            return False, (f"its health answered 200, but a one-token generation (POST {path}) got no answer "
+                           f"in {wait:g}s")
+        except httpx.HTTPError:
+            return None, ""
         return True, ""
 
     def _client_host(self) -> str:
