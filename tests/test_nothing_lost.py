@@ -218,3 +218,61 @@ startup_timeout_s = 60
     assert (verdict, cause) == ("crashed", "hang"), detail
     assert "one-token generation" in detail and "no answer in 3s" in detail
     assert finished - started < 30
+
+
+# -- 7. no process outlives bakeoff ------------------------------------------------------------------
+def _lm_eval_children(root: Path) -> list:
+    import psutil
+
+    from bakeoff.run.hosts.local import TAG_ENV
+
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get(TAG_ENV, "").startswith(str(root)) and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+LM_EVAL_RUNNER = '''
+import sys, threading
+from pathlib import Path
+from bakeoff.judge import lmeval
+from bakeoff.spec import LmEval
+cfg = LmEval(tasks=["t"], command=[sys.executable, "-c", "import time; time.sleep(600)"], timeout_s=float(sys.argv[2]))
+try:
+    lmeval.run(cfg, "http://127.0.0.1:9", None, Path(sys.argv[1]))
+except Exception as err:
+    print("raised", type(err).__name__, err, flush=True)
+'''
+
+
+def test_lm_eval_is_tagged_and_stopped_on_every_exit_path(tmp_path):
+    """lm_eval (a stand-in that never finishes) carries the sweep's tag, so a killed bakeoff's next
+    run finds it; it is stopped at its timeout, and it dies with a bakeoff killed by SIGKILL."""
+    import signal
+    import time
+
+    runner = tmp_path / "runner.py"
+    runner.write_text(LM_EVAL_RUNNER)
+    # its timeout: lm_eval stopped, an error raised
+    res = subprocess.run([sys.executable, str(runner), str(tmp_path / "a"), "1"], capture_output=True, text=True, timeout=60)
+    assert "raised LmEvalError lm_eval no result after timeout_s=1 s" in res.stdout, res.stdout + res.stderr
+    assert not _lm_eval_children(tmp_path / "a")
+    # kill -9 of bakeoff: lm_eval (tagged while it ran) goes with it
+    proc = subprocess.Popen([sys.executable, str(runner), str(tmp_path / "b"), "600"])
+    deadline = time.monotonic() + 30
+    while not _lm_eval_children(tmp_path / "b") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _lm_eval_children(tmp_path / "b"), "lm_eval never started (or carries no tag)"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while _lm_eval_children(tmp_path / "b") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    left = _lm_eval_children(tmp_path / "b")
+    for p in left:
+        p.kill()
+    assert not left, "lm_eval outlived a killed bakeoff"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from bakeoff import decide
+from bakeoff.judge import lmeval
 from bakeoff.plan import Planned, make_plan, planned
 from bakeoff.plan.base import make_strategy
 from bakeoff.plan.prune import Gate
@@ -38,6 +39,7 @@ from bakeoff.run.executors import Context, Executor, Job, make_executor
 from bakeoff.run.fingerprint import for_spec as fingerprint_for
 from bakeoff.run.hosts import Host, command_line, get_host
 from bakeoff.run.hosts.checks import on_host as checks_on_host
+from bakeoff.run.hosts.local import LocalHost
 from bakeoff.run.trial import build_launch
 from bakeoff.spec import Spec
 from bakeoff.store import Store, TrialRecord, identity_of, spec_changes
@@ -176,6 +178,12 @@ def recover_orphans(store: Store, host: Host, events: Events) -> int:
         if host.kill_orphan(pid, pid, None):
             n += 1
             events.note(f"stopped unrecorded orphan server (pid {pid})")
+    if not isinstance(host, LocalHost):  # lm_eval runs here whatever the host: tagged like a server
+        here = LocalHost()
+        for pid in here.find_orphans(store.dir):
+            if here.kill_orphan(pid, pid, None):
+                n += 1
+                events.note(f"stopped a process a killed bakeoff left running here (pid {pid}, lm_eval)")
     return n
 
 
@@ -208,7 +216,7 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None,
         stop = StopFlag()
         ctx = Context(spec, store, host, out_dir, model_path, events, stop.stopped.is_set)
         with make_executor(spec.executor, ctx) as executor:
-            stop.on_stop, stop.on_hard_stop = executor.interrupt, executor.kill_now
+            stop.on_stop, stop.on_hard_stop = executor.interrupt, lambda: (lmeval.kill_running(), executor.kill_now())
             with stop:
                 sweep = Sweep(spec, store, host, executor, gate, events, model_path, identity, stop.stopped.is_set)
 
