@@ -276,3 +276,67 @@ def test_lm_eval_is_tagged_and_stopped_on_every_exit_path(tmp_path):
     for p in left:
         p.kill()
     assert not left, "lm_eval outlived a killed bakeoff"
+
+
+# -- 5. the identity covers every input that changes a verdict --------------------------------------
+def test_the_identity_changes_with_every_input_that_changes_a_verdict(tmp_path, monkeypatch, real_llamacpp):
+    import shutil
+
+    from bakeoff.spec import loads
+    from bakeoff.store import identity_of, identity_parts
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    binary = tmp_path / "llama-server"
+    shutil.copy(real_llamacpp.binary, binary)
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    (tasks / "t.yaml").write_text("task: t\n")
+    (tmp_path / "p.toml").write_text(PROMPT + 'answer = "hi"\n')
+    (tmp_path / "base.toml").write_text(PROMPT.replace('"p"', '"q"'))
+    fp = {"engine_version": "1"}
+
+    def ident(text: str = "") -> str:
+        spec = loads(GOOD.replace('engine = "llamacpp"', f'engine = "llamacpp"\nengine_options = {{ binary = "{binary}" }}')
+                     + '[probes]\nset = "p.toml"\n' + f'[probes.lm_eval]\ninclude_path = "{tasks}"\n' + text)
+        return identity_of(spec, fp)
+
+    seen = [ident()]
+    assert ident() == seen[0], "the same inputs, the same identity"
+
+    def changed(why: str) -> None:
+        now = ident()
+        assert now not in seen, why
+        seen.append(now)
+
+    (tmp_path / "p.toml").write_text(PROMPT + 'answer = "hello"\n')
+    changed("the probe set's contents")
+    (tmp_path / "p.toml").write_text('include = "base.toml"\n' + PROMPT + 'answer = "hello"\n')
+    changed("a prompt added by an include")
+    (tmp_path / "base.toml").write_text(PROMPT.replace('"p"', '"q"').replace("Say hi.", "Say ho."))
+    changed("the included file's contents")
+    data = binary.read_bytes()
+    st = binary.stat()
+    binary.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # rebuilt at the same path, same size and mtime
+    os.utime(binary, (st.st_atime, st.st_mtime))
+    changed("the engine binary")
+    (tasks / "data.jsonl").write_text('{"q": 1}\n')
+    changed("the lm-eval task data")
+    # a plain spec (none of these inputs) keeps the identity parts it had before
+    plain = identity_parts(loads(GOOD), fp)
+    assert not {"probe_set", "engine_binary", "model_axis_files", "model_revision", "lm_eval_data"} & set(plain)
+
+
+def test_an_hf_models_cached_revision_is_part_of_the_identity(tmp_path, monkeypatch):
+    from bakeoff.spec import loads
+    from bakeoff.store import identity_of
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    ref = tmp_path / "hub" / "models--org--m" / "refs" / "main"
+    ref.parent.mkdir(parents=True)
+    spec = loads('name = "x"\nengine = "generic"\nengine_options = { command = ["srv", "{model}", "{port}"] }\n'
+                 '[model]\npath = "hf:org/m"\n')
+    ref.write_text("aaaa")
+    a = identity_of(spec, {})
+    ref.write_text("bbbb")
+    assert identity_of(spec, {}) != a

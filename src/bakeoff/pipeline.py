@@ -206,7 +206,7 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None,
     host = make_host(spec)
     model_path = checks_on_host(spec, host, out_dir, events.note)  # model path and axis values, where servers run
     fingerprint = fingerprint_for(spec, host)
-    identity = identity_of(spec, fingerprint)
+    identity = identity_of(spec, fingerprint, host)
     with Store(out_dir, lock=True) as store:
         for line in spec_changes(store, spec, identity):
             events.note(line)
