@@ -340,3 +340,23 @@ def test_an_hf_models_cached_revision_is_part_of_the_identity(tmp_path, monkeypa
     a = identity_of(spec, {})
     ref.write_text("bbbb")
     assert identity_of(spec, {}) != a
+
+
+# -- 4. results are never destroyed --------------------------------------------------------------------
+def test_a_retired_trial_keeps_its_row_artifacts_and_log_under_a_key_of_its_own(tmp_path):
+    from bakeoff.store import Store
+
+    with Store(tmp_path) as store:
+        store.init_sweep("s", {"server": {"args": ["--a", "1"]}}, {}, "id1")
+        old = TrialRecord(key="cfg", idx=0, config={}, changed=[], argv=["x"], env={}, state="finished",
+                          verdict="ok", log_path=str(tmp_path / "logs" / "000-cfg.log"), identity="id1", finished=1.0)
+        store.save(old)
+        store.put_artifact("cfg", "probes", {"answers": [1]})
+        store.init_sweep("s", {"server": {"args": ["--a", "2"]}}, {}, "id2")
+        kept = store.retire("cfg")
+        store.save(TrialRecord(key="cfg", idx=store.next_idx(), config={}, changed=[], argv=["x"], env={}, identity="id2"))
+        assert kept.key == "cfg~id1" and kept.with_(key="cfg") == old
+        assert store.artifact("cfg~id1", "probes") == {"answers": [1]} and store.artifact("cfg", "probes") is None
+        assert [t.key for t in store.stale()] == ["cfg~id1"] and [t.key for t in store.current()] == ["cfg"]
+        assert store.get("cfg").idx == 1
+        assert store.meta("spec~id1")["server"]["args"] == ["--a", "1"]
