@@ -676,3 +676,47 @@ def test_loopback_bound_server_is_tunnelled_without_asking(sshd, tmp_path, bind)
         assert not _reachable(sshd["address"], port)
     finally:
         host.stop(h)
+
+
+def _alive_with(marker: str) -> list:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if marker in p.cmdline() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+def test_a_server_whose_tunnel_fails_is_stopped_there_and_kill_all_stops_every_server(sshd, tmp_path, monkeypatch):
+    """Nothing outlives a failed start: the server runs on the remote when its tunnel fails (made
+    to fail here), so the host stops it before raising. A second Ctrl-C (``kill_all``) stops
+    every server the host started."""
+    from bakeoff.errors import LaunchError
+
+    host = _host(sshd, tunnel=True, tunnel_bind="127.0.0.2")
+
+    def tunnel_fails(port, target="127.0.0.1"):
+        raise LaunchError(f"ssh tunnel 127.0.0.2:{port} -> remote: cannot listen (made to fail by the test)")
+
+    monkeypatch.setattr(host, "_open_tunnel", tunnel_fails)
+    marker = f"bk-tunnel-{os.getpid()}"
+    sleeper = [sys.executable, "-c", "import time; time.sleep(300)", marker, "--port", "1234"]
+    with pytest.raises(LaunchError, match="made to fail"):
+        host.start(sleeper, {}, tmp_path / "tf" / "logs" / "0.log")
+    deadline = time.monotonic() + 10
+    while _alive_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive_with(marker), "the remote server outlived its failed tunnel"
+
+    host = _host(sshd, tunnel=False)
+    marker = f"bk-killall-{os.getpid()}"
+    for i in range(2):
+        host.start([*sleeper[:3], marker], {}, tmp_path / "ka" / "logs" / f"{i}.log")
+    assert len([p for p in _alive_with(marker) if p.name() != "sh"]) == 2  # (each under its launch wrapper)
+    assert host.kill_all() == 2
+    deadline = time.monotonic() + 10
+    while _alive_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive_with(marker)
