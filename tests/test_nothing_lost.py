@@ -360,3 +360,20 @@ def test_a_retired_trial_keeps_its_row_artifacts_and_log_under_a_key_of_its_own(
         assert [t.key for t in store.stale()] == ["cfg~id1"] and [t.key for t in store.current()] == ["cfg"]
         assert store.get("cfg").idx == 1
         assert store.meta("spec~id1")["server"]["args"] == ["--a", "1"]
+
+
+def test_a_spec_edited_back_finds_its_trial_again(tmp_path):
+    from bakeoff.store import Store
+
+    with Store(tmp_path) as store:
+        store.save(TrialRecord(key="cfg", idx=0, config={}, changed=[], argv=["x"], env={}, state="finished",
+                               verdict="ok", identity="A", finished=1.0))
+        store.put_artifact("cfg", "probes", {"a": 1})
+        store.retire("cfg")
+        store.save(TrialRecord(key="cfg", idx=1, config={}, changed=[], argv=["x"], env={}, identity="B"))
+        assert store.restore("cfg", "A") is None, "the key is taken: B's trial stays where it is"
+        store.retire("cfg")
+        back = store.restore("cfg", "A")
+        assert (back.key, back.identity, back.verdict, back.idx) == ("cfg", "A", "ok", 0)
+        assert store.artifact("cfg", "probes") == {"a": 1}
+        assert sorted(t.key for t in store.trials()) == ["cfg", "cfg~B"]

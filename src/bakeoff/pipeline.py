@@ -377,13 +377,17 @@ def _dispatch(sw: Sweep, cfg: dict, running: dict[str, Planned]) -> None:
 def _trial(sw: Sweep, cfg: dict) -> TrialRecord:
     """The stored record of ``cfg`` for this spec, added as pending when new. A record of an
     earlier spec (another identity) is kept as it is, stale, under a key of its own
-    (``Store.retire``); the new trial gets the next index, so its log is a new file too."""
+    (``Store.retire``); the new trial gets the next index, so its log is a new file too. A spec
+    edited back to an earlier identity finds that identity's trial again (``Store.restore``)."""
     p0 = planned(0, cfg, sw.spec)
     rec = sw.store.get(p0.key)
     if rec is not None and rec.identity == sw.identity:
         return rec
     if rec is not None:
         sw.store.retire(rec.key)
+    back = sw.store.restore(p0.key, sw.identity)  # the spec edited back: its trial of then stands
+    if back is not None:
+        return back
     fresh = record_for(sw.spec, planned(sw.store.next_idx(), cfg, sw.spec), sw.model_path, sw.identity)
     sw.store.save(fresh)
     return fresh

@@ -281,6 +281,17 @@ class Store:
             self.db.execute("UPDATE artifacts SET trial_key=? WHERE trial_key=?", (new, key))
         return self.get(new)
 
+    def restore(self, key: str, identity: str) -> TrialRecord | None:
+        """The configuration's trial of ``identity`` kept by ``retire`` (a spec edited, then
+        edited back), under its own key ``key`` again, with its artifacts; None when none is kept."""
+        with self._tx():
+            kept = self.get(f"{key}~{identity}")
+            if kept is None or not identity or self.get(key) is not None:
+                return None
+            self.db.execute("UPDATE trials SET key=? WHERE key=?", (key, kept.key))
+            self.db.execute("UPDATE artifacts SET trial_key=? WHERE trial_key=?", (key, kept.key))
+        return self.get(key)
+
     def get(self, key: str) -> TrialRecord | None:
         row = self.db.execute("SELECT * FROM trials WHERE key=?", (key,)).fetchone()
         return _row(row) if row else None
