@@ -720,3 +720,22 @@ def test_a_server_whose_tunnel_fails_is_stopped_there_and_kill_all_stops_every_s
     while _alive_with(marker) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _alive_with(marker)
+
+
+def test_remove_ipc_is_checked_on_the_host(sshd):
+    """The servers' IPC survives bakeoff's ssh session: root is exempt from logind's RemoveIPC
+    (no note); the same check run as a non-lingering user under RemoveIPC names the fix."""
+    from bakeoff.run.hosts.checks import IPC_CHECK, check_remove_ipc
+
+    notes: list[str] = []
+    assert check_remove_ipc(_host(sshd), notes.append) is True and notes == []
+
+    class AtRisk:
+        describe = "ssh host u@box"
+
+        def run_script(self, script, timeout_s=60.0):
+            assert script == IPC_CHECK
+            return "at-risk alice\n"
+
+    assert check_remove_ipc(AtRisk(), notes.append) is False
+    assert "loginctl enable-linger alice" in notes[0]
