@@ -103,8 +103,10 @@ class TrialRunner:
 
     def wait_ready(self, handle: Handle, port: int) -> ReadyOutcome:
         """Poll until every health path answers 200 and then one real generation (one token)
-        answers: ready means it serves, not only that its health says so (a server whose health
-        is fine and whose generation never returns within ``hang_timeout_s`` is a ``hang``).
+        answers: ready means it serves, not only that its health says so. While that generation
+        is pending the log is still watched: a server whose health is fine and whose generation
+        does not return while its log stays silent for ``hang_timeout_s`` is a ``hang`` (one still
+        logging, compiling kernels on its first request say, is given up to ``startup_timeout_s``).
         Returns at once when the process exits, when the log is silent for ``hang_timeout_s``,
         or at ``startup_timeout_s``."""
         srv = self.spec.server
@@ -115,6 +117,7 @@ class TrialRunner:
         seen_lines = 0
         last_line = ""
         said = ""
+        generation: _Pending | None = None  # the one-token request, once health said 200
         base = f"http://{self._client_host()}:{port}"
         with httpx.Client(timeout=2.0, headers=auth_headers()) as client:
             while True:
@@ -136,21 +139,25 @@ class TrialRunner:
                 code = self.host.exit_code(handle)
                 if code is not None:
                     return ReadyOutcome(False, phases, exit_code=code, last_line=last_line, server_said=said)
-                healthy, answer = self._healthy(client, base)
-                said = answer or said
-                if healthy:
-                    answered, said = self._first_generation(client, base)
-                    if answered is None:  # the server went away under it: its exit is seen next round
-                        time.sleep(0.25)
-                        continue
-                    if not answered:
-                        return ReadyOutcome(False, phases, hung=True, last_line=last_line, why=said)
-                    phases["ready"] = round(time.monotonic() - t0, 3)
-                    return ReadyOutcome(True, phases, last_line=last_line)
+                if generation is None:
+                    healthy, answer = self._healthy(client, base)
+                    said = answer or said
+                    if healthy:
+                        generation = _Pending(self._first_generation, base)
+                        last_change = max(last_change, time.monotonic())  # the generation's own time starts now
+                elif generation.done.is_set():
+                    if generation.result:
+                        phases["ready"] = round(time.monotonic() - t0, 3)
+                        return ReadyOutcome(True, phases, last_line=last_line)
+                    generation = None  # the connection failed: the server is going, or health says more
+                waiting = (f"its health answered 200, but a one-token generation "
+                           f"({self._generation_request()[0]}) has not returned" if generation is not None else "")
                 if now - t0 > srv.startup_timeout_s:
-                    return ReadyOutcome(False, phases, timed_out=True, last_line=last_line, server_said=said)
+                    return ReadyOutcome(False, phases, timed_out=True, last_line=last_line, server_said=said,
+                                        why=waiting and f"{waiting} after {srv.startup_timeout_s:g}s")
                 if now - last_change > srv.hang_timeout_s:
-                    return ReadyOutcome(False, phases, hung=True, last_line=last_line, server_said=said)
+                    return ReadyOutcome(False, phases, hung=True, last_line=last_line, server_said=said,
+                                        why=waiting and f"{waiting}, and no new log line for {srv.hang_timeout_s:g}s")
                 time.sleep(0.25)
 
     def probe(self, base_url: str, baseline: dict | None, role: str = "trial",
@@ -368,27 +375,27 @@ class TrialRunner:
                 return False, redact_text(f"GET {path} -> {r.status_code} {body}".rstrip())
         return True, ""
 
-    def _first_generation(self, client: httpx.Client, base: str) -> tuple[bool | None, str]:
-        """One tiny generation (one token, not streamed), after health: (True: it answered,
-        whatever its status, the probes judge the rest; False: no answer within
-        ``hang_timeout_s``, with what to say; None: the connection failed, the server is going)."""
-        srv = self.spec.server
-        model = self._request_model()
+    def _generation_request(self) -> tuple[str, dict]:
+        """("POST /v1/chat/completions", body): the one-token request that proves a server serves."""
         if self.spec.bench.api == "completions":
             path, body = "/v1/completions", {"prompt": "Hello", "max_tokens": 1}
         else:
             path, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 1}
-        if model:
-            body["model"] = model
-        wait = min(srv.hang_timeout_s, srv.request_timeout_s)
+        model = self._request_model()
+        return f"POST {path}", {**body, **({"model": model} if model else {})}
+
+    def _first_generation(self, base: str) -> bool:
+        """One tiny generation (one token, not streamed): True once it answers, whatever its status
+        (the probes judge what it says); False when the connection fails (the server is going).
+        ``wait_ready`` gives up on it first (and the server is then stopped)."""
+        what, body = self._generation_request()
+        limit = self.spec.server.startup_timeout_s + 60
         try:
-            client.post(base + path, json=body, timeout=httpx.Timeout(wait, connect=5.0))
-        except httpx.TimeoutException:
-            return False, (f"its health answered 200, but a one-token generation (POST {path}) got no answer "
-                           f"in {wait:g}s")
+            with httpx.Client(headers=auth_headers(), timeout=httpx.Timeout(limit, connect=5.0)) as client:
+                client.post(base + what.split(" ", 1)[1], json=body)
         except httpx.HTTPError:
-            return None, ""
-        return True, ""
+            return False
+        return True
 
     def _client_host(self) -> str:
         """Where the HTTP client connects: a remote host decides from what the server binds
@@ -398,6 +405,23 @@ class TrialRunner:
         if pick is not None:
             return pick(h)
         return "127.0.0.1" if h in ("0.0.0.0", "::", "") else h
+
+
+class _Pending:
+    """``fn(*args)`` running in a daemon thread (never holds bakeoff's exit): ``done`` is set when
+    it returns, ``result`` is what it returned."""
+
+    def __init__(self, fn: Callable[..., bool], *args) -> None:
+        self.done = threading.Event()
+        self.result = False
+
+        def run() -> None:
+            try:
+                self.result = fn(*args)
+            finally:
+                self.done.set()
+
+        threading.Thread(target=run, name="first-generation", daemon=True).start()
 
 
 def _crashed(rec: TrialRecord, diag: Diagnosis, ready: ReadyOutcome, detail: str, *, extra_evidence: list[str] | tuple = (),
