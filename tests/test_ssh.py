@@ -739,3 +739,24 @@ def test_remove_ipc_is_checked_on_the_host(sshd):
 
     assert check_remove_ipc(AtRisk(), notes.append) is False
     assert "loginctl enable-linger alice" in notes[0]
+
+
+def test_a_remote_models_size_and_mtime_read_on_the_host_are_part_of_the_identity(sshd):
+    """The model exists only on the remote: its stamp is read there, and a re-downloaded model
+    (another mtime) is another identity (the old verdicts become stale, never reused)."""
+    from bakeoff.spec import parse
+    from bakeoff.store import identity_of
+
+    host = _host(sshd)
+    model = str(Path(sshd["remote"].model).parent / "stamp-test.gguf")  # on the remote's own tmpfs: only there
+    assert host.run_argv(["sh", "-c", 'head -c 1000 /dev/zero > "$0"', model])[0] == 0
+    assert not Path(model).exists()
+    try:
+        spec = parse({"name": "stamp", "engine": "llamacpp", "host": sshd["table"], "model": {"path": model}})
+        before = identity_of(spec, {}, host)
+        assert identity_of(spec, {}, host) == before
+        assert identity_of(spec, {}) != before, "without the host, the remote model's stamp is unknown"
+        assert host.run_argv(["sh", "-c", 'head -c 1000 /dev/zero > "$0"; touch -d @1000000000 "$0"', model])[0] == 0
+        assert identity_of(spec, {}, host) != before, "the same size, another mtime: another model"
+    finally:
+        host.run_argv(["rm", "-f", model])
