@@ -64,27 +64,39 @@ def test_secret_flags_never_reach_plan_store_logs_report_or_export(tmp_path):
 [server]
 args = ["--threads", "1", "--api-key", "{KEY}", "--hf-token={TOKEN}", "--flash-attn", "nope"]
 '''
-    res = _run(tmp_path, body, "flags")
+    from typer.testing import CliRunner
+
+    from bakeoff.cli import app
+
+    res = _run(tmp_path, body, "flags")  # its own process: nothing remembered from another test masks for it
     assert res.returncode == 0, res.stderr[-2000:]
-    plan = _run(tmp_path, body, "flags", "plan")
-    export = subprocess.run([*BAKEOFF, "export", str(tmp_path / "flags")], capture_output=True, text=True, timeout=60)
-    report = subprocess.run([*BAKEOFF, "report", "--html", str(tmp_path / "flags")], capture_output=True, text=True, timeout=60)
-    assert plan.returncode == export.returncode == report.returncode == 0
-    for text in (res.stdout, res.stderr, plan.stdout, plan.stderr, export.stdout, report.stdout):
+    plan, export, report = (CliRunner().invoke(app, cmd) for cmd in (
+        ["plan", str(tmp_path / "flags.toml")], ["export", str(tmp_path / "flags")], ["report", "--html", str(tmp_path / "flags")]))
+    assert plan.exit_code == export.exit_code == report.exit_code == 0, (plan.output, export.output, report.output)
+    for text in (res.stdout, res.stderr, plan.output, export.output, report.output):
         assert KEY not in text and TOKEN not in text
     files = [p for p in (tmp_path / "flags").rglob("*") if p.is_file()]
     assert {"bakeoff.sqlite", "report.md", "report.html", "compat-matrix.json"} <= {p.name for p in files}
     for p in files:
         data = p.read_bytes()
         assert KEY.encode() not in data and TOKEN.encode() not in data, p
-    assert "--api-key '***'" in plan.stdout or "--api-key ***" in plan.stdout
+    assert "--api-key '***'" in plan.output or "--api-key ***" in plan.output
 
 
-def test_api_key_env_must_name_a_set_variable(tmp_path):
-    res = _run(tmp_path, '[server]\napi_key_env = "sk-abc"\n', "badkey")
-    assert res.returncode == 2 and "api_key_env" in res.stderr and "Traceback" not in res.stderr
-    res = _run(tmp_path, '[server]\napi_key_env = "BAKEOFF_TEST_UNSET_KEY"\n', "unset")
-    assert res.returncode == 2 and "BAKEOFF_TEST_UNSET_KEY is not set" in res.stderr and "Traceback" not in res.stderr
+def test_api_key_env_must_name_a_set_variable(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from bakeoff.cli import app
+
+    monkeypatch.delenv("BAKEOFF_TEST_UNSET_KEY", raising=False)
+    for value, says in (("sk-abc", "server.api_key_env: 'sk-abc' is not a variable name"),
+                        ("BAKEOFF_TEST_UNSET_KEY", "server.api_key_env: BAKEOFF_TEST_UNSET_KEY is not set")):
+        spec = tmp_path / "key.toml"
+        spec.write_text(GOOD + f'api_key_env = "{value}"\n')
+        res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "o")])
+        assert res.exit_code == 2 and isinstance(res.exception, SystemExit), (res.output, res.exception)
+        assert says in " ".join(res.output.split()) and "Traceback" not in res.output
+    assert not (tmp_path / "o" / "bakeoff.sqlite").exists()
 
 
 # -- 2. a configuration that cannot start ----------------------------------------------------------
