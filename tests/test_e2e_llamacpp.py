@@ -5,6 +5,7 @@ example's third trial (quantized V cache without flash attention) is refused by 
 at launch: it must be called "crashed" with the log line that says why, within seconds.
 """
 
+import os
 import re
 import subprocess
 import sys
@@ -14,6 +15,9 @@ import psutil
 import pytest
 
 from bakeoff.store import Store
+
+API_KEY = "sk-e2e-0123456789abcdefKEY"
+KEY_ENV = {**os.environ, "BAKEOFF_E2E_KEY": API_KEY}
 
 
 def _servers(under: str = "/") -> list[int]:
@@ -41,9 +45,12 @@ def sweep(tmp_path_factory):
     spec = out / "spec.toml"
     # the example, smaller: fewer bench requests so the test stays quick on 2 cores
     text = open("examples/smollm2.toml").read().replace("requests_per_level = 8", "requests_per_level = 4")
+    # ...and behind an API key: llama-server answers 401 to any request without it, so every probe
+    # and bench request must carry it (server.api_key_env), and the key must show nowhere
+    text = text.replace('"--no-webui"]', f'"--no-webui", "--api-key", "{API_KEY}"]\napi_key_env = "BAKEOFF_E2E_KEY"')
     spec.write_text(text)
     proc = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(out / "run")],
-                          capture_output=True, text=True, timeout=900)
+                          capture_output=True, text=True, timeout=900, env=KEY_ENV)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not _servers(str(out)), "a llama-server was left running"
     return {"dir": out / "run", "stdout": proc.stdout, "axes": data["axes"]}
@@ -87,13 +94,18 @@ def test_report_has_rows_and_a_recommendation(sweep):
     rec = report.split("## Recommendation", 1)[1]
     assert "llama-server" in rec and "--model" in rec and "Fallbacks" in rec
     assert "## Recommendation" in sweep["stdout"]
+    # the deploy command reads the key from the user's environment; the key itself is nowhere
+    assert '--api-key "${BAKEOFF_SECRET_API_KEY:?}"' in rec
+    for p in sweep["dir"].rglob("*"):
+        assert not p.is_file() or API_KEY.encode() not in p.read_bytes(), p
+    assert API_KEY not in sweep["stdout"]
 
 
 def test_rerun_resumes_without_rerunning(sweep):
     with Store(sweep["dir"]) as store:
         before = {t.key: (t.attempts, t.finished) for t in store.trials()}
     proc = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(sweep["dir"].parent / "spec.toml"),
-                           "--out", str(sweep["dir"])], capture_output=True, text=True, timeout=120)
+                           "--out", str(sweep["dir"])], capture_output=True, text=True, timeout=120, env=KEY_ENV)
     assert proc.returncode == 0, proc.stderr[-2000:]
     with Store(sweep["dir"]) as store:
         after = {t.key: (t.attempts, t.finished) for t in store.trials()}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from bakeoff import decide
 from bakeoff.store import Store
@@ -52,6 +53,7 @@ def test_an_edited_spec_never_reuses_or_recommends_old_verdicts(tmp_path):
     with Store(tmp_path / "o") as store:
         first = {t.key: t for t in store.trials()}
     assert len(first) == 2 and all(t.is_finished() for t in first.values())
+    first_logs = {k: Path(t.log_path).read_bytes() for k, t in first.items()}
 
     again = _run(tmp_path, "256", '["off"]')  # other args, and the value "on" is gone
     said = again.stdout + again.stderr
@@ -60,12 +62,23 @@ def test_an_edited_spec_never_reuses_or_recommends_old_verdicts(tmp_path):
         current = store.current()
         d = decide.load(store)
         report = (tmp_path / "o" / "report.md").read_text()
+        kept = {t.key.split("~")[0]: t for t in store.stale()}
+        old_spec = store.meta(f"spec~{next(iter(first.values())).identity}")
     (base,) = current
     assert base.is_finished() and "--batch-size" in base.argv and base.argv[base.argv.index("--batch-size") + 1] == "256"
     assert base.started > first[base.key].finished, "the baseline ran again under the new spec"
     assert d.winner.key == base.key and "--batch-size 256" in d.winner.command
     assert not any("flash_attn=on" in f.sentence for f in d.fallbacks)
     assert "## Stale" in report and "flash_attn=on" in report.split("## Stale")[1]
+    # "kept in the store": both old trials, the re-run configuration's too, as they finished, with their logs
+    assert set(kept) == set(first)
+    for key, old in first.items():
+        assert (kept[key].verdict, kept[key].finished, kept[key].argv, kept[key].log_path) == \
+            (old.verdict, old.finished, old.argv, old.log_path)
+        assert Path(old.log_path).read_bytes() == first_logs[key], "an old trial's log was overwritten"
+    assert base.log_path != first[base.key].log_path and Path(base.log_path).exists()
+    assert "baseline" in report.split("## Stale")[1]
+    assert old_spec["server"]["args"][-1] == "512"
 
 
 def test_an_unchanged_spec_resumes_without_running_anything_again(tmp_path):

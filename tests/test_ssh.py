@@ -676,3 +676,87 @@ def test_loopback_bound_server_is_tunnelled_without_asking(sshd, tmp_path, bind)
         assert not _reachable(sshd["address"], port)
     finally:
         host.stop(h)
+
+
+def _alive_with(marker: str) -> list:
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if marker in p.cmdline() and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
+def test_a_server_whose_tunnel_fails_is_stopped_there_and_kill_all_stops_every_server(sshd, tmp_path, monkeypatch):
+    """Nothing outlives a failed start: the server runs on the remote when its tunnel fails (made
+    to fail here), so the host stops it before raising. A second Ctrl-C (``kill_all``) stops
+    every server the host started."""
+    from bakeoff.errors import LaunchError
+
+    host = _host(sshd, tunnel=True, tunnel_bind="127.0.0.2")
+
+    def tunnel_fails(port, target="127.0.0.1"):
+        raise LaunchError(f"ssh tunnel 127.0.0.2:{port} -> remote: cannot listen (made to fail by the test)")
+
+    monkeypatch.setattr(host, "_open_tunnel", tunnel_fails)
+    marker = f"bk-tunnel-{os.getpid()}"
+    sleeper = [sys.executable, "-c", "import time; time.sleep(300)", marker, "--port", "1234"]
+    with pytest.raises(LaunchError, match="made to fail"):
+        host.start(sleeper, {}, tmp_path / "tf" / "logs" / "0.log")
+    deadline = time.monotonic() + 10
+    while _alive_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive_with(marker), "the remote server outlived its failed tunnel"
+
+    host = _host(sshd, tunnel=False)
+    marker = f"bk-killall-{os.getpid()}"
+    for i in range(2):
+        host.start([*sleeper[:3], marker], {}, tmp_path / "ka" / "logs" / f"{i}.log")
+    assert len([p for p in _alive_with(marker) if p.name() != "sh"]) == 2  # (each under its launch wrapper)
+    assert host.kill_all() == 2
+    deadline = time.monotonic() + 10
+    while _alive_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive_with(marker)
+
+
+def test_remove_ipc_is_checked_on_the_host(sshd):
+    """The servers' IPC survives bakeoff's ssh session: root is exempt from logind's RemoveIPC
+    (no note); the same check run as a non-lingering user under RemoveIPC names the fix."""
+    from bakeoff.run.hosts.checks import IPC_CHECK, check_remove_ipc
+
+    notes: list[str] = []
+    assert check_remove_ipc(_host(sshd), notes.append) is True and notes == []
+
+    class AtRisk:
+        describe = "ssh host u@box"
+
+        def run_script(self, script, timeout_s=60.0):
+            assert script == IPC_CHECK
+            return "at-risk alice\n"
+
+    assert check_remove_ipc(AtRisk(), notes.append) is False
+    assert "loginctl enable-linger alice" in notes[0]
+
+
+def test_a_remote_models_size_and_mtime_read_on_the_host_are_part_of_the_identity(sshd):
+    """The model exists only on the remote: its stamp is read there, and a re-downloaded model
+    (another mtime) is another identity (the old verdicts become stale, never reused)."""
+    from bakeoff.spec import parse
+    from bakeoff.store import identity_of
+
+    host = _host(sshd)
+    model = str(Path(sshd["remote"].model).parent / "stamp-test.gguf")  # on the remote's own tmpfs: only there
+    assert host.run_argv(["sh", "-c", 'head -c 1000 /dev/zero > "$0"', model])[0] == 0
+    assert not Path(model).exists()
+    try:
+        spec = parse({"name": "stamp", "engine": "llamacpp", "host": sshd["table"], "model": {"path": model}})
+        before = identity_of(spec, {}, host)
+        assert identity_of(spec, {}, host) == before
+        assert identity_of(spec, {}) != before, "without the host, the remote model's stamp is unknown"
+        assert host.run_argv(["sh", "-c", 'head -c 1000 /dev/zero > "$0"; touch -d @1000000000 "$0"', model])[0] == 0
+        assert identity_of(spec, {}, host) != before, "the same size, another mtime: another model"
+    finally:
+        host.run_argv(["rm", "-f", model])

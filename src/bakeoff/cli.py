@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -130,6 +131,7 @@ def run(
                 raise specmod.SpecError(f"--executor: {executor!r} is not valid; valid: local, ray")
             spec = spec.model_copy(update={"executor": executor})
         out_dir = out_dir or Path("runs") / spec.name
+        _check_out_dir(out_dir)
         bad = _load_known_bad(known_bad, spec)
         view = _LiveView(spec.name, spec.server.startup_timeout_s)
         events = Events(trial_start=view.trial_start, phase=view.on_phase, trial_end=view.trial_end, note=view.note)
@@ -157,6 +159,20 @@ def _print_result(out_dir: Path, report_path: Path) -> None:
     console.print(f"report: {report_path}", markup=False, highlight=False)
 
 
+def _check_out_dir(out_dir: Path) -> None:
+    """``--out`` is a directory bakeoff may create or resume (not a file, not under a file)."""
+    from bakeoff.spec import SpecError
+
+    for p in (out_dir, *out_dir.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = "is a file" if p == out_dir else f"is under {p}, which is a file"
+                raise SpecError(f"--out: {out_dir} {what}; give a directory (new, or a sweep to resume)")
+            if not os.access(p, os.W_OK | os.X_OK):
+                raise SpecError(f"--out: {p} is not writable; give a directory you can write to")
+            return
+
+
 def decision_lines(sweep_dir: Path) -> list[str]:
     """The stored recommendation, cautions and fallbacks (bakeoff.decide), as every output prints them."""
     from bakeoff import decide
@@ -176,7 +192,7 @@ def _fail_on_host_errors(out_dir: Path) -> None:
     from bakeoff.store import open_readonly
 
     with open_readonly(out_dir) as store:
-        lost = [t for t in store.trials() if t.verdict == "infra_error"]
+        lost = [t for t in store.current() if t.verdict == "infra_error"]
     if lost:
         _fail(InfraError(f"{len(lost)} trial(s) not run: the host failed, not the configuration "
                          f"({lost[0].cause}: {lost[0].detail}); run again to retry them"))

@@ -16,6 +16,7 @@ configuration never stops the sweep; only bakeoff's own bugs propagate.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import threading
 import time
@@ -24,10 +25,13 @@ from pathlib import Path
 from typing import Callable
 
 from bakeoff import decide
+from bakeoff.judge import lmeval
 from bakeoff.plan import Planned, make_plan, planned
 from bakeoff.plan.base import make_strategy
 from bakeoff.plan.prune import Gate
-from bakeoff.redact import redact_env, redact_obj, remember
+from bakeoff.errors import SpecError
+from bakeoff.measure.client import api_key, use_api_key_env
+from bakeoff.redact import is_secret_flag, mask_argv, redact_env, remember, remember_argv, remember_values
 from bakeoff.measure import remeasure
 from bakeoff.report import write_reports
 from bakeoff.run.engines.base import get_engine
@@ -36,6 +40,7 @@ from bakeoff.run.fingerprint import for_spec as fingerprint_for
 from bakeoff.run.hosts import Host, command_line, get_host
 from bakeoff.run.hosts.checks import on_host as checks_on_host
 from bakeoff.run.trial import deploy_launch
+from bakeoff.run.hosts.local import LocalHost
 from bakeoff.spec import Spec
 from bakeoff.store import Store, TrialRecord, identity_of, spec_changes
 
@@ -89,11 +94,27 @@ class StopFlag:
 
 # -- resolve -------------------------------------------------------------------------------
 def remember_secrets(spec: Spec) -> None:
-    """Secret-named env values of the spec (server.env and env axes) are masked everywhere."""
+    """Secret-named env values of the spec (server.env and env axes), secret flags' values
+    (``--api-key sk-...`` in server.args or a flag axis) and the API key bakeoff sends
+    (``server.api_key_env``) are masked everywhere."""
     remember(spec.server.env)
+    remember_argv(list(spec.server.args))
     for axis in spec.axes:
         if axis.env is not None:
             remember({axis.env: str(v) for v in axis.values if not isinstance(v, bool)})
+        if axis.flag is not None and is_secret_flag(axis.flag):
+            remember_values([str(v) for v in axis.values if not isinstance(v, bool)])
+    use_api_key_env(spec.server.api_key_env)
+    remember_values([api_key()] if api_key() else [])
+
+
+def check_api_key(spec: Spec) -> None:
+    """``server.api_key_env`` names a variable set in bakeoff's environment (else every request
+    would be refused and every trial judged on 401s)."""
+    name = spec.server.api_key_env
+    if name is not None and not os.environ.get(name):
+        raise SpecError(f"server.api_key_env: {name} is not set (or empty) in bakeoff's environment; "
+                        f"export {name}=<the server's API key> before `bakeoff run`")
 
 
 def make_host(spec: Spec) -> Host:
@@ -109,7 +130,7 @@ def record_for(spec: Spec, p: Planned, model_path: str, identity: str) -> TrialR
     engine = get_engine(spec.engine, **spec.engine_options)
     launch = deploy_launch(spec, engine, p, model_path)
     return TrialRecord(key=p.key, idx=p.idx, config=dict(p.config), changed=list(p.changed),
-                       argv=redact_obj(launch.argv), env=redact_env(launch.env), identity=identity)
+                       argv=mask_argv(launch.argv), env=redact_env(launch.env), identity=identity)
 
 
 def plan_json(spec: Spec) -> list[dict]:
@@ -169,6 +190,12 @@ def recover_orphans(store: Store, host: Host, events: Events) -> int:
         if host.kill_orphan(pid, pid, None):
             n += 1
             events.note(f"stopped unrecorded orphan server (pid {pid})")
+    if not isinstance(host, LocalHost):  # lm_eval runs here whatever the host: tagged like a server
+        here = LocalHost()
+        for pid in here.find_orphans(store.dir):
+            if here.kill_orphan(pid, pid, None):
+                n += 1
+                events.note(f"stopped a process a killed bakeoff left running here (pid {pid}, lm_eval)")
     return n
 
 
@@ -187,10 +214,11 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None,
     events = events or Events()
     out_dir = Path(out_dir).resolve()
     remember_secrets(spec)
+    check_api_key(spec)
     host = make_host(spec)
     model_path = checks_on_host(spec, host, out_dir, events.note)  # model path and axis values, where servers run
     fingerprint = fingerprint_for(spec, host)
-    identity = identity_of(spec, fingerprint)
+    identity = identity_of(spec, fingerprint, host)
     with Store(out_dir, lock=True) as store:
         for line in spec_changes(store, spec, identity):
             events.note(line)
@@ -200,7 +228,7 @@ def run_sweep(spec: Spec, out_dir: Path, *, events: Events | None = None,
         stop = StopFlag()
         ctx = Context(spec, store, host, out_dir, model_path, events, stop.stopped.is_set)
         with make_executor(spec.executor, ctx) as executor:
-            stop.on_stop, stop.on_hard_stop = executor.interrupt, executor.kill_now
+            stop.on_stop, stop.on_hard_stop = executor.interrupt, lambda: (lmeval.kill_running(), executor.kill_now())
             with stop:
                 sweep = Sweep(spec, store, host, executor, gate, events, model_path, identity, stop.stopped.is_set)
 
@@ -458,13 +486,20 @@ def _dispatch(sw: Sweep, cfg: dict, running: dict[str, Planned]) -> None:
 
 
 def _trial(sw: Sweep, cfg: dict) -> TrialRecord:
-    """The stored record of ``cfg`` for this spec, added as pending when new (or stale)."""
+    """The stored record of ``cfg`` for this spec, added as pending when new. A record of an
+    earlier spec (another identity) is kept as it is, stale, under a key of its own
+    (``Store.retire``); the new trial gets the next index, so its log is a new file too. A spec
+    edited back to an earlier identity finds that identity's trial again (``Store.restore``)."""
     p0 = planned(0, cfg, sw.spec)
     rec = sw.store.get(p0.key)
     if rec is not None and rec.identity == sw.identity:
         return rec
-    idx = rec.idx if rec is not None else sw.store.next_idx()
-    fresh = record_for(sw.spec, planned(idx, cfg, sw.spec), sw.model_path, sw.identity)
+    if rec is not None:
+        sw.store.retire(rec.key)
+    back = sw.store.restore(p0.key, sw.identity)  # the spec edited back: its trial of then stands
+    if back is not None:
+        return back
+    fresh = record_for(sw.spec, planned(sw.store.next_idx(), cfg, sw.spec), sw.model_path, sw.identity)
     sw.store.save(fresh)
     return fresh
 

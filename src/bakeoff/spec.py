@@ -237,6 +237,9 @@ class Server(_Strict):
     thinking_tokens: int | None = Field(
         default=None, ge=0, description="tokens added to every probe request's max_tokens for the thought "
         f"(default {THINKING_TOKENS} with thinking = 'on', else 0)")
+    api_key_env: str | None = Field(
+        default=None, description="a variable of bakeoff's environment holding the server's API key: every probe, "
+        "benchmark and lm_eval request sends 'Authorization: Bearer <its value>'; the value is never shown")
 
     @property
     def thinking_room(self) -> int:
@@ -268,6 +271,14 @@ class Server(_Strict):
                     if not part or ":" in part or any(c in part for c in "\n\0"):
                         raise ValueError(f"{where}.{name}: {part!r} is not one element (non-empty, no ':' or newline)")
         return self
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _api_key_env_name(cls, v: str | None) -> str | None:
+        if v is not None and not ENV_NAME.fullmatch(v):
+            raise ValueError(f"{v!r} is not a variable name; give the NAME of the variable holding the key, "
+                             "e.g. api_key_env = \"MY_SERVER_KEY\" (never the key itself)")
+        return v
 
     def path_edits(self) -> dict[str, tuple[tuple[str, ...], tuple[str, ...]]]:
         """variable -> (elements before, elements after) the host's own value."""
@@ -607,6 +618,28 @@ class Preflight(_Strict):
     python: str | None = Field(default=None, description="interpreter for the probes; default: engine_options.python")
     results: str | None = Field(default=None, description="recorded preflight JSON to use instead of probing")
     reps: int = Field(default=10, gt=0)
+
+    @field_validator("results")
+    @classmethod
+    def _results_file(cls, v: str | None) -> str | None:
+        """A recorded results file that exists and holds what ``bakeoff preflight --out`` writes."""
+        if v is None:
+            return v
+        import json
+
+        path = Path(v).expanduser()
+        if not path.is_file():
+            raise ValueError(f"{v!r} is not a file; give the JSON `bakeoff preflight --out FILE` wrote")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            raise ValueError(f"{v!r} is not readable JSON ({err})") from None
+        rows = data.get("results") if isinstance(data, dict) else None
+        if not isinstance(rows, list) or not all(isinstance(r, dict) and isinstance(r.get("name"), str)
+                                                 and isinstance(r.get("verdict"), str) for r in rows):
+            raise ValueError(f"{v!r} is not a preflight results file: it needs \"results\": [{{\"name\", \"verdict\", ...}}] "
+                             "as `bakeoff preflight --out FILE` writes")
+        return v
 
 
 class Triage(_Strict):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bakeoff.errors import StoreError
-from bakeoff.redact import redact_env, redact_obj, redact_text
+from bakeoff.redact import mask_argv, redact_env, redact_obj, redact_text
 
 SCHEMA_VERSION = 2  # 2: trials.identity (what the result depends on), meta 'decision'
 
@@ -188,6 +188,11 @@ class Store:
         directory) and its identity: trials of another identity are stale."""
         with self._tx():
             created = self.db.execute("SELECT created FROM sweep WHERE id=1").fetchone()
+            before = self.db.execute("SELECT spec FROM sweep WHERE id=1").fetchone()
+            old_ident = self.db.execute("SELECT value FROM meta WHERE key='identity'").fetchone()
+            if before is not None and old_ident is not None and _text(old_ident["value"]) != identity:
+                # the spec its stale trials ran under stays readable: meta 'spec~<identity>'
+                self.db.execute("INSERT OR IGNORE INTO meta VALUES (?, ?)", (f"spec~{_text(old_ident['value'])}", before["spec"]))
             self.db.execute(
                 "INSERT OR REPLACE INTO sweep VALUES (1, ?, ?, ?, ?)",
                 (name, json.dumps(redact_obj(spec)), json.dumps(redact_obj(fingerprint)),
@@ -249,6 +254,7 @@ class Store:
     def _write(self, rec: TrialRecord) -> None:
         d = rec.__dict__.copy()
         d["env"] = redact_env(d["env"])
+        d["argv"] = mask_argv(d["argv"])
         for f in ("detail", "cause"):
             if d[f]:
                 d[f] = redact_text(d[f])
@@ -258,12 +264,45 @@ class Store:
         marks = ", ".join(f":{k}" for k in d)
         self.db.execute(f"INSERT OR REPLACE INTO trials ({cols}) VALUES ({marks})", d)
 
+    def retire(self, key: str) -> TrialRecord | None:
+        """Keep the trial stored under ``key`` (one of an earlier spec: another identity) under a
+        key of its own, ``<key>~<its identity>``, with its artifacts and its log file as they are,
+        so that the configuration's new trial never replaces it; returns the kept record."""
+        with self._tx():
+            rec = self.get(key)
+            if rec is None:
+                return None
+            new = f"{key}~{rec.identity or 'v1'}"
+            n = 1
+            while self.get(new) is not None:  # the same identity again (an edit undone and redone)
+                n += 1
+                new = f"{key}~{rec.identity or 'v1'}~{n}"
+            self.db.execute("UPDATE trials SET key=? WHERE key=?", (new, key))
+            self.db.execute("UPDATE artifacts SET trial_key=? WHERE trial_key=?", (new, key))
+        return self.get(new)
+
+    def restore(self, key: str, identity: str) -> TrialRecord | None:
+        """The configuration's trial of ``identity`` kept by ``retire`` (a spec edited, then
+        edited back), under its own key ``key`` again, with its artifacts; None when none is kept."""
+        with self._tx():
+            kept = self.get(f"{key}~{identity}")
+            if kept is None or not identity or self.get(key) is not None:
+                return None
+            self.db.execute("UPDATE trials SET key=? WHERE key=?", (key, kept.key))
+            self.db.execute("UPDATE artifacts SET trial_key=? WHERE trial_key=?", (key, kept.key))
+        return self.get(key)
+
     def get(self, key: str) -> TrialRecord | None:
         row = self.db.execute("SELECT * FROM trials WHERE key=?", (key,)).fetchone()
         return _row(row) if row else None
 
     def trials(self) -> list[TrialRecord]:
         return [_row(r) for r in self.db.execute("SELECT * FROM trials ORDER BY idx")]
+
+    def stale(self) -> list[TrialRecord]:
+        """Trials of an earlier spec (another identity): kept, listed apart, never ranked or reused."""
+        ident = self.meta("identity")
+        return [t for t in self.trials() if ident is not None and t.identity != ident]
 
     def current(self) -> list[TrialRecord]:
         """The trials of the spec this sweep runs now (stale ones of an edited spec left out)."""
@@ -282,6 +321,15 @@ class Store:
     def artifact(self, trial_key: str, name: str) -> Any:
         row = self.db.execute("SELECT data FROM artifacts WHERE trial_key=? AND name=?", (trial_key, name)).fetchone()
         return json.loads(row["data"]) if row else None
+
+
+def _text(value: str) -> str:
+    """A meta value as text: JSON, or bare text as an older bakeoff wrote it."""
+    try:
+        v = json.loads(value)
+    except json.JSONDecodeError:
+        return value
+    return v if isinstance(v, str) else json.dumps(v)
 
 
 def _row(row: sqlite3.Row) -> TrialRecord:
@@ -310,7 +358,7 @@ ADDED_LATER = (("probes", "lm_eval", None), ("server", "thinking", "auto"), ("se
                ("bench", "early_stop_share", 0.05))
 
 
-def identity_parts(spec: Any, fingerprint: dict) -> dict:
+def identity_parts(spec: Any, fingerprint: dict, host: Any = None) -> dict:
     d = spec.model_dump(mode="json")
     parts = {k: d.get(k) for k in IDENTITY_FIELDS}
     parts["server"] = {k: v for k, v in (parts["server"] or {}).items() if k not in ("port",)}
@@ -322,15 +370,145 @@ def identity_parts(spec: Any, fingerprint: dict) -> dict:
     parts["axes"] = [{k: a.get(k) for k in ("name", "flag", "env", "model", "style")} for a in d.get("axes", [])]
     parts["baseline"] = {k: str(v) for k, v in spec.baseline_config().items()}
     parts["engine_version"] = fingerprint.get("engine_version")
-    parts["model_file"] = _file_stamp(spec)
+    parts["model_file"] = _file_stamp(spec) if host is None or not spec.is_remote else _remote_stamp(host, spec.model_path())
+    # inputs that change a verdict without changing the spec's text; each is added only where it
+    # applies, so the identity of a sweep that has none of them stays what it was
+    for name, value in (("probe_set", _probe_set_digest(spec)), ("engine_binary", _binary_stamp(spec, host)),
+                        ("model_axis_files", _model_axis_stamps(spec, host)), ("model_revision", _hf_revision(spec, host)),
+                        ("lm_eval_data", _lm_eval_data(spec))):
+        if value is not None:
+            parts[name] = value
     return parts
 
 
-def identity_of(spec: Any, fingerprint: dict) -> str:
+def identity_of(spec: Any, fingerprint: dict, host: Any = None) -> str:
+    """The digest of what a trial's result depends on besides its configuration
+    (``identity_parts``); ``host``: where the servers run, asked about its files."""
     import hashlib
 
-    blob = json.dumps(redact_obj(identity_parts(spec, fingerprint)), sort_keys=True, default=str)
+    blob = json.dumps(redact_obj(identity_parts(spec, fingerprint, host)), sort_keys=True, default=str)
     return hashlib.sha1(blob.encode()).hexdigest()[:12]
+
+
+def _digest(obj: Any) -> str:
+    import hashlib
+
+    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _probe_set_digest(spec: Any) -> str | None:
+    """A probe-set file's prompts and long document, as loaded (its includes resolved): the
+    baseline's stored answers are read against these prompts by id, so new prompts are a new
+    sweep. Built-in sets go with bakeoff's version (None)."""
+    name = spec.probes.set
+    if not name.endswith(".toml"):
+        return None
+    from dataclasses import asdict
+
+    from bakeoff.judge.probes import load_prompt_set
+
+    prompts, long_cfg = load_prompt_set(name)
+    return _digest([[asdict(p) for p in prompts], long_cfg])
+
+
+def _local_stamp(path: str | os.PathLike, content: bool = False) -> list | None:
+    """[size, mtime] of a file or folder here (a folder: of every file in it), with the content's
+    hash when ``content`` (a binary rebuilt at the same path in the same second)."""
+    p = Path(os.path.expanduser(str(path)))
+    if not p.exists():
+        return None
+    if p.is_dir():
+        files = sorted(f for f in p.rglob("*") if f.is_file())
+        return [_digest([[str(f.relative_to(p)), f.stat().st_size, int(f.stat().st_mtime)] for f in files])]
+    st = p.stat()
+    stamp: list = [st.st_size, int(st.st_mtime)]
+    if content:
+        import hashlib
+
+        h = hashlib.sha1()
+        with open(p, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        stamp.append(h.hexdigest()[:16])
+    return stamp
+
+
+def _remote_stamp(host: Any, path: str, content: bool = False) -> list | None:
+    """[size, mtime] (and the content's hash) of a file on a remote host, read there; a folder:
+    the digest of its files' sizes and mtimes. None when the host cannot say."""
+    run = getattr(host, "run_argv", None)
+    if run is None or not path:
+        return None
+    script = ('p="$1"; if [ -d "$p" ]; then find "$p" -type f -printf "%P %s %T@\\n" | sort | sha1sum; '
+              'else stat -L -c "%s %Y" "$p"' + (' && sha1sum "$p"' if content else '') + '; fi')
+    try:
+        rc, out = run(["sh", "-c", script, "sh", path], 120)
+    except Exception:  # the identity never stops a sweep; the host failing shows at launch
+        return None
+    return out.split()[:3] if rc == 0 and out.strip() else None
+
+
+def _binary_stamp(spec: Any, host: Any) -> list | None:
+    """``engine_options.binary`` (a build at a fixed path, rebuilt between sweeps): its size, mtime
+    and content hash where the servers run. None when the spec names no binary."""
+    binary = (spec.engine_options or {}).get("binary")
+    if not isinstance(binary, str) or not binary:
+        return None
+    if spec.is_remote:
+        return _remote_stamp(host, binary, content=True) if host is not None else None
+    import shutil
+
+    found = binary if os.sep in binary else shutil.which(binary)
+    return _local_stamp(found, content=True) if found else None
+
+
+def _model_axis_stamps(spec: Any, host: Any) -> dict | None:
+    """Size and mtime of every model a model axis serves (``value -> stamp``)."""
+    values = [str(v) for a in spec.axes if a.model for v in a.values]
+    if not values:
+        return None
+    out = {}
+    for v in values:
+        if spec.is_remote:
+            out[v] = _remote_stamp(host, v) if host is not None else None
+        else:
+            try:
+                from bakeoff.spec import Model
+
+                out[v] = _local_stamp(Model(path=v).resolve())
+            except Exception:
+                out[v] = None
+    return out
+
+
+def _hf_revision(spec: Any, host: Any) -> str | None:
+    """The commit an ``hf:org/name`` model resolves to in the Hugging Face cache where the servers
+    run (``refs/main``): a new upload of the model is another model. None when not cached."""
+    path = spec.model.path
+    if not path.startswith("hf:"):
+        return None
+    repo = path[3:].split("@", 1)[0]
+    rel = f"models--{repo.replace('/', '--')}/refs/main"
+    if spec.is_remote:
+        run = getattr(host, "run_argv", None)
+        if run is None:
+            return None
+        try:
+            rc, out = run(["sh", "-c", 'cat "${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}/$1"', "sh", rel], 60)
+        except Exception:
+            return None
+        return out.strip() or None if rc == 0 else None
+    cache = os.environ.get("HF_HUB_CACHE") or os.path.join(os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
+    ref = Path(cache) / rel
+    return ref.read_text().strip() or None if ref.is_file() else None
+
+
+def _lm_eval_data(spec: Any) -> list | None:
+    """The lm-eval task folder (``include_path``: its YAMLs and local data files), by size and mtime."""
+    lm = spec.probes.lm_eval
+    if lm is None or not lm.include_path:
+        return None
+    return _local_stamp(lm.include_path)
 
 
 def _file_stamp(spec: Any) -> list | None:
@@ -356,4 +534,5 @@ def spec_changes(store: "Store", spec: Any, identity: str) -> list[str]:
     stale = [t for t in store.trials() if t.identity != identity and t.is_finished()]
     what = ", ".join(changed) or "the engine version or the model file"
     return [f"the spec changed since this directory's last run ({what}): {len(stale)} finished trial(s) are stale — "
-            "kept in the store, not ranked or recommended; the configurations still in the spec run again"]
+            "kept in the store with their logs, listed apart, not ranked or recommended; the configurations still "
+            "in the spec run again as new trials"]

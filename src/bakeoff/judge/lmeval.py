@@ -11,22 +11,27 @@ task, and one paired test pooled over every task's documents (one p, no multiple
 
 lm_eval failing (not installed, crashed, no samples, a metric that is not 0/1 per document) is
 ``LmEvalError``, an infrastructure fault: never a pass, never ``wrong`` for the configuration.
-The API key its model sends is whatever ``OPENAI_API_KEY`` holds in bakeoff's own environment,
-which the subprocess inherits; no secret is put on its argv, and its stderr is redacted.
+The API key its model sends is ``[server] api_key_env``'s value, else whatever ``OPENAI_API_KEY``
+holds in bakeoff's own environment, passed in its environment; no secret is put on its argv, and
+its stderr is redacted.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
 from typing import Callable
 
 from bakeoff.errors import LmEvalError
+from bakeoff.measure import client
+from bakeoff.run.hosts.local import TAG_ENV
 from bakeoff.redact import redact_text
 from bakeoff.spec import LmEval
 
@@ -72,32 +77,75 @@ def run(cfg: LmEval, base_url: str, model: str | None, out_dir: Path, *, request
     out_dir.mkdir(parents=True)
     cmd = argv(cfg, base_url, model, out_dir, request_timeout_s)
     env = dict(os.environ)
+    key = client.api_key()  # [server] api_key_env: what its model sends, through its environment, never its argv
+    if key:
+        env["OPENAI_API_KEY"] = key
     if cfg.offline:
         env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     log = out_dir / "lm_eval.log"
+    env[TAG_ENV] = str(log)  # tagged like a server: a killed bakeoff's next run finds and stops it
     t0 = time.monotonic()
     with open(log, "wb") as sink:
         try:
             proc = subprocess.Popen(cmd, cwd=cfg.include_path or out_dir, env=env, stdin=subprocess.DEVNULL,
-                                    stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+                                    stdout=sink, stderr=subprocess.STDOUT, start_new_session=True,
+                                    preexec_fn=_die_with_parent)
         except OSError as err:
             raise LmEvalError(f"lm_eval could not start ({cmd[0]}: {err.strerror or err}); install it with "
                               f"`bash scripts/setup_lmeval.sh` (lm-eval {VERSION}), or name it in [probes.lm_eval] "
                               f"command or ${ENV_COMMAND}") from None
-        while proc.poll() is None:
-            if should_stop() or time.monotonic() - t0 > cfg.timeout_s:
-                proc.terminate()
-                try:
-                    proc.wait(10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-                why = "stopped by Ctrl-C" if should_stop() else f"no result after timeout_s={cfg.timeout_s:g} s"
-                raise LmEvalError(f"lm_eval {why}", _tail(log))
-            time.sleep(0.2)
+        _RUNNING[proc.pid] = proc
+        try:
+            while proc.poll() is None:
+                if should_stop() or time.monotonic() - t0 > cfg.timeout_s:
+                    stop(proc)
+                    why = "stopped by Ctrl-C" if should_stop() else f"no result after timeout_s={cfg.timeout_s:g} s"
+                    raise LmEvalError(f"lm_eval {why}", _tail(log))
+                time.sleep(0.2)
+        finally:  # any way out of here (an exception, a second Ctrl-C's SystemExit) stops it
+            if proc.poll() is None:
+                stop(proc, grace_s=2)
+            _RUNNING.pop(proc.pid, None)
     if proc.returncode != 0:
         raise LmEvalError(f"lm_eval exited with code {proc.returncode} (log: {log})", _tail(log))
     return {"metric": cfg.metric, "seconds": round(time.monotonic() - t0, 1), "tasks": read_samples(out_dir, cfg, log)}
+
+
+_RUNNING: dict[int, subprocess.Popen] = {}  # lm_eval processes running now (``kill_running``)
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Stop lm_eval and everything it started (its own process group): SIGTERM, then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            proc.wait(wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def kill_running() -> int:
+    """A second Ctrl-C: SIGKILL every lm_eval running now, at once; how many there were."""
+    n = 0
+    for pid, proc in list(_RUNNING.items()):
+        n += proc.poll() is None
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return n
+
+
+def _die_with_parent() -> None:
+    """lm_eval ends with bakeoff, even when bakeoff is killed (Linux prctl PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
 
 
 def read_samples(out_dir: Path, cfg: LmEval, log: Path | None = None) -> dict[str, dict]:

@@ -69,10 +69,14 @@ class ProbeSetError(ValueError):
     """A probe set that cannot be used: missing file, unknown ids in ``only``, no prompts."""
 
 
-def load_prompt_set(name: str) -> tuple[list[Prompt], dict]:
+def load_prompt_set(name: str, _seen: tuple[str, ...] = ()) -> tuple[list[Prompt], dict]:
     """A built-in set by name, or a TOML file. A set may ``include`` another and keep ``only``
     some of its prompt ids; its own ``[[prompt]]`` entries and ``[long]`` are added on top.
-    Raises ProbeSetError for a missing file, unknown ``only`` ids, or a set without prompts."""
+    Raises ProbeSetError for a missing file, an include cycle, unknown ``only`` ids, a set
+    without prompts, a prompt whose ``answer`` is not a regex, or a ``[long]`` table that the
+    long probe could not use (``check_long``)."""
+    if name in _seen:
+        raise ProbeSetError(f"probe set {name!r}: `include` cycle ({' -> '.join([*_seen, name])})")
     if name.endswith(".toml"):
         path = Path(name)
         if not path.is_file():
@@ -91,7 +95,9 @@ def load_prompt_set(name: str) -> tuple[list[Prompt], dict]:
     prompts: list[Prompt] = []
     long_cfg: dict = {}
     if "include" in data:
-        prompts, long_cfg = load_prompt_set(data["include"])
+        if not isinstance(data["include"], str):
+            raise ProbeSetError(f"probe set {name!r}: `include` must be one set name or .toml path, got {data['include']!r}")
+        prompts, long_cfg = load_prompt_set(data["include"], (*_seen, name))
         if "only" in data:
             unknown = [i for i in data["only"] if i not in {p.id for p in prompts}]
             if unknown:
@@ -106,14 +112,88 @@ def load_prompt_set(name: str) -> tuple[list[Prompt], dict]:
         raise ProbeSetError(f"probe set {name!r}: a [[prompt]] entry is malformed: {err}") from None
     if not prompts:
         raise ProbeSetError(f"probe set {name!r} resolves to no prompts")
-    return prompts, _long_config(data.get("long", long_cfg))
+    for p in prompts:
+        check_prompt(name, p)
+    long_cfg = data.get("long", long_cfg)
+    check_long(name, long_cfg)
+    return prompts, _long_config(long_cfg)
+
+
+def check_prompt(name: str, p: Prompt) -> None:
+    """A prompt the judge can use: string ``id`` and ``text``, ``answer`` a regex that compiles."""
+    where = f"probe set {name!r}: prompt {p.id!r}"
+    if not isinstance(p.id, str) or not isinstance(p.text, str) or not p.text:
+        raise ProbeSetError(f"{where}: `id` and `text` must be non-empty strings")
+    if not isinstance(p.json, bool):
+        raise ProbeSetError(f"{where}: `json` must be true or false, got {p.json!r}")
+    if p.answer is None:
+        return
+    if not isinstance(p.answer, str):
+        raise ProbeSetError(f"{where}: `answer` must be a regex string, e.g. answer = '{p.answer}', got {p.answer!r}")
+    try:
+        re.compile(p.answer, re.IGNORECASE)
+    except re.error as err:
+        raise ProbeSetError(f"{where}: `answer` {p.answer!r} is not a valid regex ({err})") from None
+
+
+LONG_STRINGS = ("filler", "intro", "needle", "question", "fact", "answer")
+
+
+def check_long(name: str, long_cfg: object) -> None:
+    """A ``[long]`` table the long probe can use: ``filler``, ``needle`` and ``question`` strings
+    and ``needles`` (each with a string ``key`` and ``word``, ``depth`` in [0, 1]; the templates'
+    ``{key}``/``{word}`` fields only), or the old one-fact form (``filler``, ``fact``, ``question``)."""
+    where = f"probe set {name!r}: [long]"
+    if not long_cfg:
+        return
+    if not isinstance(long_cfg, dict):
+        raise ProbeSetError(f"{where} must be a table")
+    needles = "needles" in long_cfg
+    need = ("filler", "needle", "question") if needles else ("filler", "fact", "question")
+    missing = [k for k in need if not long_cfg.get(k)]
+    if missing:
+        raise ProbeSetError(f"{where} lacks {', '.join(repr(k) for k in missing)}; it needs {', '.join(need)}"
+                            + (", needles" if needles else " (or needle, question and needles = [{key, word, depth}])"))
+    for k in LONG_STRINGS:
+        if k in long_cfg and not isinstance(long_cfg[k], str):
+            raise ProbeSetError(f"{where}: {k} must be a string, got {long_cfg[k]!r}")
+    if not needles:
+        try:
+            re.compile(long_cfg.get("answer", ""))
+        except re.error as err:
+            raise ProbeSetError(f"{where}: answer {long_cfg['answer']!r} is not a valid regex ({err})") from None
+        return
+    if not isinstance(long_cfg["needles"], list) or not long_cfg["needles"]:
+        raise ProbeSetError(f"{where}: needles must be a non-empty list of {{ key, word, depth }}")
+    keys = set()
+    for i, n in enumerate(long_cfg["needles"]):
+        if not isinstance(n, dict) or not all(isinstance(n.get(f), str) and n.get(f) for f in ("key", "word")):
+            raise ProbeSetError(f"{where}: needles[{i}] needs a string `key` and `word`, got {n!r}")
+        depth = n.get("depth", 0.5)
+        if isinstance(depth, bool) or not isinstance(depth, (int, float)) or not 0 <= depth <= 1:
+            raise ProbeSetError(f"{where}: needles[{i}].depth must be a number in [0, 1], got {depth!r}")
+        if n["key"] in keys:
+            raise ProbeSetError(f"{where}: needles[{i}]: key {n['key']!r} is listed twice")
+        keys.add(n["key"])
+        if long_cfg.get("regex"):
+            try:
+                re.compile(n["word"])
+            except re.error as err:
+                raise ProbeSetError(f"{where}: needles[{i}].word {n['word']!r} is not a valid regex ({err})") from None
+        for k in ("intro", "needle", "question"):
+            try:
+                str(long_cfg.get(k, "")).format(**n)
+            except (KeyError, IndexError, ValueError) as err:
+                raise ProbeSetError(f"{where}: {k} {long_cfg.get(k)!r} cannot be filled from needles[{i}] "
+                                    f"(fields: {{key}}, {{word}}; {err!r})") from None
 
 
 def _long_config(long_cfg: dict) -> dict:
     """The long probe's needles; the old one-fact form (fact/question/answer) is one needle."""
     if not long_cfg or "needles" in long_cfg:
         return long_cfg
-    return {"filler": long_cfg["filler"], "intro": "", "needle": long_cfg["fact"], "question": long_cfg["question"],
+    return {"filler": long_cfg["filler"], "intro": "", "needle": long_cfg["fact"].replace("{", "{{").replace("}", "}}"),
+            "question": long_cfg["question"].replace("{", "{{").replace("}", "}}"),
             "needles": [{"key": "fact", "word": long_cfg.get("answer", ""), "depth": 0.5}], "regex": True}
 
 

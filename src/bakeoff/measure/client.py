@@ -9,6 +9,7 @@ present.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,12 +66,34 @@ class Result:
         return self.from_reasoning and self.finish_reason == "length"
 
 
+_api_key_env: str | None = None  # ``[server] api_key_env``: the variable whose value every request sends
+
+
+def use_api_key_env(name: str | None) -> None:
+    """Every request from now on sends ``Authorization: Bearer $name`` (bakeoff's environment,
+    read at each session's start; ``None``: no header). The value is never shown: ``pipeline``
+    remembers it as a secret."""
+    global _api_key_env
+    _api_key_env = name
+
+
+def api_key() -> str | None:
+    """The server's API key (``[server] api_key_env``'s value), or None."""
+    return (os.environ.get(_api_key_env) or None) if _api_key_env else None
+
+
+def auth_headers() -> dict[str, str]:
+    """The headers every request to the server carries (``Authorization`` when a key is set)."""
+    key = api_key()
+    return {"Authorization": f"Bearer {key}"} if key else {}
+
+
 def new_session(limit: int = 0, timeout_s: float = 120, *, fresh: bool = False) -> aiohttp.ClientSession:
     """One session per run: pooled keep-alive connections, no per-host limit by default
-    (``fresh``: a new connection per request, closed after it)."""
+    (``fresh``: a new connection per request, closed after it); ``auth_headers`` on every request."""
     conn = aiohttp.TCPConnector(limit=limit, limit_per_host=0, ttl_dns_cache=300, force_close=fresh)
     return aiohttp.ClientSession(connector=conn, timeout=aiohttp.ClientTimeout(total=timeout_s),
-                                 json_serialize=_dumps)
+                                 json_serialize=_dumps, headers=auth_headers())
 
 
 def _dumps(obj: Any) -> str:

@@ -19,10 +19,11 @@ from bakeoff.measure import bench
 from bakeoff.measure.power import EnergyMeter
 from bakeoff.judge import lmeval, probes
 from bakeoff.run.engines.base import Engine, LaunchContext
-from bakeoff.errors import InfraError
+from bakeoff.errors import InfraError, LaunchError
 from bakeoff.run.hosts.base import Handle, Host, PathEdit
 from bakeoff.plan import Planned, axis_env_and_args, model_of
-from bakeoff.redact import redact_env, redact_obj, redact_text, remember
+from bakeoff.measure.client import auth_headers, use_api_key_env
+from bakeoff.redact import redact_env, redact_obj, redact_text, remember, remember_argv
 from bakeoff.spec import Spec
 from bakeoff.store import Store, TrialRecord
 from bakeoff.judge.triage import Diagnosis, classify
@@ -50,6 +51,7 @@ class ReadyOutcome:
     hung: bool = False
     last_line: str = ""
     server_said: str = ""  # the last non-200 health answer (status and body), e.g. "GET /health -> 503 Loading model"
+    why: str = ""  # how it failed, when the flags above do not say it (a generation that never returned)
 
 
 def build_launch(spec: Spec, engine: Engine, planned: Planned, port: int, model_path: str) -> Launch:
@@ -86,6 +88,7 @@ class TrialRunner:
         self.should_stop = should_stop
         self._current: Handle | None = None
         self.energy: dict | None = None  # GPU energy and memory during the last bench (NVML), when measurable
+        use_api_key_env(spec.server.api_key_env)  # here too: a Ray worker runs trials in its own process
 
     def abort_current(self) -> None:
         """Ctrl-C: stop the running trial's server now (from a thread, so the signal handler
@@ -100,6 +103,7 @@ class TrialRunner:
         port = self.spec.server.port or self.host.free_port()
         launch = build_launch(self.spec, self.engine, planned, port, self.model_path)
         remember(launch.env)
+        remember_argv(launch.argv)
         log_path = self.dir / "logs" / f"{planned.idx:03d}-{planned.key}.log"
         self.progress("launch", " ".join(launch.argv[:3]))
         handle = self.host.start(launch.argv, launch.env, log_path)
@@ -112,8 +116,13 @@ class TrialRunner:
         return rec, handle, launch
 
     def wait_ready(self, handle: Handle, port: int) -> ReadyOutcome:
-        """Poll until every health path answers 200. Returns at once when the process exits,
-        when the log is silent for ``hang_timeout_s``, or at ``startup_timeout_s``."""
+        """Poll until every health path answers 200 and then one real generation (one token)
+        answers: ready means it serves, not only that its health says so. While that generation
+        is pending the log is still watched: a server whose health is fine and whose generation
+        does not return while its log stays silent for ``hang_timeout_s`` is a ``hang`` (one still
+        logging, compiling kernels on its first request say, is given up to ``startup_timeout_s``).
+        Returns at once when the process exits, when the log is silent for ``hang_timeout_s``,
+        or at ``startup_timeout_s``."""
         srv = self.spec.server
         t0 = time.monotonic()
         last_change = t0
@@ -122,8 +131,9 @@ class TrialRunner:
         seen_lines = 0
         last_line = ""
         said = ""
+        generation: _Pending | None = None  # the one-token request, once health said 200
         base = f"http://{self._client_host()}:{port}"
-        with httpx.Client(timeout=2.0) as client:
+        with httpx.Client(timeout=2.0, headers=auth_headers()) as client:
             while True:
                 if self.should_stop():
                     raise Interrupted()
@@ -143,16 +153,25 @@ class TrialRunner:
                 code = self.host.exit_code(handle)
                 if code is not None:
                     return ReadyOutcome(False, phases, exit_code=code, last_line=last_line, server_said=said)
-                healthy, answer = self._healthy(client, base)
-                said = answer or said
-                if healthy:
-                    phases.setdefault("ready", round(time.monotonic() - t0, 3))
-                    phases["ready"] = round(time.monotonic() - t0, 3)
-                    return ReadyOutcome(True, phases, last_line=last_line)
+                if generation is None:
+                    healthy, answer = self._healthy(client, base)
+                    said = answer or said
+                    if healthy:
+                        generation = _Pending(self._first_generation, base)
+                        last_change = max(last_change, time.monotonic())  # the generation's own time starts now
+                elif generation.done.is_set():
+                    if generation.result:
+                        phases["ready"] = round(time.monotonic() - t0, 3)
+                        return ReadyOutcome(True, phases, last_line=last_line)
+                    generation = None  # the connection failed: the server is going, or health says more
+                waiting = (f"its health answered 200, but a one-token generation "
+                           f"({self._generation_request()[0]}) has not returned" if generation is not None else "")
                 if now - t0 > srv.startup_timeout_s:
-                    return ReadyOutcome(False, phases, timed_out=True, last_line=last_line, server_said=said)
+                    return ReadyOutcome(False, phases, timed_out=True, last_line=last_line, server_said=said,
+                                        why=waiting and f"{waiting} after {srv.startup_timeout_s:g}s")
                 if now - last_change > srv.hang_timeout_s:
-                    return ReadyOutcome(False, phases, hung=True, last_line=last_line, server_said=said)
+                    return ReadyOutcome(False, phases, hung=True, last_line=last_line, server_said=said,
+                                        why=waiting and f"{waiting}, and no new log line for {srv.hang_timeout_s:g}s")
                 time.sleep(0.25)
 
     def probe(self, base_url: str, baseline: dict | None, role: str = "trial",
@@ -214,6 +233,8 @@ class TrialRunner:
             rec, handle, launch = self.launch(rec, planned)
         except InfraError as err:
             return _infra_error(rec, err)
+        except LaunchError as err:  # this configuration cannot start (its PATH lacks the binary...): a result
+            return _not_started(rec, err)
         self._current = handle
         left_running = None
         try:
@@ -309,7 +330,8 @@ class TrialRunner:
         log = self.host.read_log(handle)
         diag = classify(log, exit_code=ready.exit_code, engine=self.engine.kind, rules_dir=self.spec.triage.rules,
                         timed_out=ready.timed_out, hung=ready.hung, server_said=ready.server_said or None)
-        how = (f"exited with code {ready.exit_code} before ready" if ready.exit_code is not None
+        how = (ready.why if ready.why
+               else f"exited with code {ready.exit_code} before ready" if ready.exit_code is not None
                else "no new log line for %ss while not ready" % self.spec.server.hang_timeout_s if ready.hung
                else "not ready after %ss" % self.spec.server.startup_timeout_s)
         return _crashed(rec, diag, ready, f"crashed at startup: {how}; {diag.explanation}", exit_code=ready.exit_code)
@@ -368,6 +390,28 @@ class TrialRunner:
                 return False, redact_text(f"GET {path} -> {r.status_code} {body}".rstrip())
         return True, ""
 
+    def _generation_request(self) -> tuple[str, dict]:
+        """("POST /v1/chat/completions", body): the one-token request that proves a server serves."""
+        if self.spec.bench.api == "completions":
+            path, body = "/v1/completions", {"prompt": "Hello", "max_tokens": 1}
+        else:
+            path, body = "/v1/chat/completions", {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 1}
+        model = self._request_model()
+        return f"POST {path}", {**body, **({"model": model} if model else {})}
+
+    def _first_generation(self, base: str) -> bool:
+        """One tiny generation (one token, not streamed): True once it answers, whatever its status
+        (the probes judge what it says); False when the connection fails (the server is going).
+        ``wait_ready`` gives up on it first (and the server is then stopped)."""
+        what, body = self._generation_request()
+        limit = self.spec.server.startup_timeout_s + 60
+        try:
+            with httpx.Client(headers=auth_headers(), timeout=httpx.Timeout(limit, connect=5.0)) as client:
+                client.post(base + what.split(" ", 1)[1], json=body)
+        except httpx.HTTPError:
+            return False
+        return True
+
     def _client_host(self) -> str:
         """Where the HTTP client connects: a remote host decides from what the server binds
         (its loopback through a tunnel, 0.0.0.0 at the host's address); here, the bind itself."""
@@ -378,6 +422,23 @@ class TrialRunner:
         return "127.0.0.1" if h in ("0.0.0.0", "::", "") else h
 
 
+class _Pending:
+    """``fn(*args)`` running in a daemon thread (never holds bakeoff's exit): ``done`` is set when
+    it returns, ``result`` is what it returned."""
+
+    def __init__(self, fn: Callable[..., bool], *args) -> None:
+        self.done = threading.Event()
+        self.result = False
+
+        def run() -> None:
+            try:
+                self.result = fn(*args)
+            finally:
+                self.done.set()
+
+        threading.Thread(target=run, name="first-generation", daemon=True).start()
+
+
 def _crashed(rec: TrialRecord, diag: Diagnosis, ready: ReadyOutcome, detail: str, *, extra_evidence: list[str] | tuple = (),
              **metrics) -> TrialRecord:
     """A ``crashed`` record from a triage diagnosis: its cause, evidence, hint and confidence."""
@@ -385,6 +446,16 @@ def _crashed(rec: TrialRecord, diag: Diagnosis, ready: ReadyOutcome, detail: str
                      evidence=[*diag.evidence, *extra_evidence], phases=ready.phases,
                      metrics={"hint": diag.hint, "hard": diag.hard, "confidence": diag.confidence, **metrics},
                      finished=time.time())
+
+
+def _not_started(rec: TrialRecord, err: LaunchError) -> TrialRecord:
+    """A configuration the host could not start at all (its binary not found on its PATH, an
+    argv the host refuses): ``crashed``, cause ``launch``, with the host's reason; the sweep goes on."""
+    why = redact_text(str(err))
+    return rec.with_(state="finished", verdict="crashed", cause="launch", detail=f"could not start: {why}",
+                     evidence=[why], metrics={"hint": "check the binary and the PATH this configuration runs with",
+                                              "hard": False, "confidence": 1.0},
+                     attempts=rec.attempts + 1, started=rec.started or time.time(), finished=time.time())
 
 
 def _infra_error(rec: TrialRecord, err: Exception) -> TrialRecord:

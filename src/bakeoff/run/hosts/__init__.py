@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 from bakeoff.errors import SpecError
-from bakeoff.redact import MASK, is_secret, redact_text
+from bakeoff.redact import MASK, is_secret, mask_argv, redact_text
 from bakeoff.run.hosts.base import Handle, Host, PathEdit, shell_line
 
 __all__ = ["Handle", "Host", "get_host", "command_line"]
@@ -38,6 +38,7 @@ def command_line(options: dict, argv: list[str], env: dict[str, str], log_name: 
     ``K=V ... ARGV`` here; ``ssh DEST 'export K=V && ... && setsid nohup ARGV > LOG 2>&1 < /dev/null &'``
     for an SSH host. Each argv element is one quoted word."""
     shown = {k: (v if isinstance(v, PathEdit) else MASK if is_secret(k) and v else v) for k, v in env.items()}
+    argv = mask_argv(list(argv))
     if options.get("kind", "local") == "ssh":
         from bakeoff.run.hosts.ssh import plan_command
 

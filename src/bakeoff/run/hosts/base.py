@@ -53,17 +53,17 @@ def path_edit_of(name: str, value: str) -> PathEdit | None:
 
 def shell_line(argv: list[str], env: dict[str, str]) -> str:
     """THE rendering of a launch command as one line to paste into a shell: ``K=V ... ARGV``, each
-    argv element one quoted word, a PATH-like edit as ``"/a:$PATH"``. `bakeoff plan` (local host),
-    the recommendation, the fallbacks and every report print this text; masking secrets applies
-    here once."""
-    from bakeoff.redact import MASK, is_secret, redact_text
+    argv element one quoted word, a PATH-like edit as ``"/a:$PATH"``, a secret (env or flag value)
+    as a reference to the user's own variable (``"${HF_TOKEN:?}"``: never printed, and the shell
+    stops rather than start without it). `bakeoff plan` (local host), the recommendation, the
+    fallbacks and every report print this text."""
+    from bakeoff.redact import argv_words, env_word
 
     words = []
     for k, v in env.items():
         edit = v if isinstance(v, PathEdit) else path_edit_of(k, v)
-        shown = edit.shell() if edit is not None else shlex.quote(MASK if is_secret(k) and v else v)
-        words.append(f"{k}={shown}")
-    return redact_text(" ".join([*words, shlex.join(argv)]))
+        words.append(f"{k}={edit.shell() if edit is not None else env_word(k, v)}")
+    return " ".join([*words, *argv_words(argv)])
 
 
 def host_env(env: dict[str, str], current: dict[str, str]) -> dict[str, str]:

@@ -30,7 +30,36 @@ def on_host(spec: Spec, host, sweep_dir: Path, note: Callable[[str], None] = lam
         return spec.model_path()
 
 
+# systemd-logind removes a user's System V / POSIX IPC (the shared memory NCCL and the engines'
+# workers use) when that user's last login session ends, unless the user lingers: a server
+# started over ssh then loses it when bakeoff's ssh session closes. Root and system users are exempt.
+IPC_CHECK = r"""
+u=$(id -u); [ "$u" -lt 1000 ] && { echo exempt; exit 0; }
+command -v loginctl >/dev/null 2>&1 || { echo exempt; exit 0; }
+v=$(sed -n 's/^[[:space:]]*RemoveIPC[[:space:]]*=[[:space:]]*//p' /etc/systemd/logind.conf /etc/systemd/logind.conf.d/*.conf 2>/dev/null | tail -1)
+case "$v" in no|false|0|off) echo exempt; exit 0;; esac
+[ "$(loginctl show-user "$u" -p Linger --value 2>/dev/null)" = yes ] && echo exempt || echo "at-risk $(id -un)"
+"""
+
+
+def check_remove_ipc(host, note: Callable[[str], None]) -> bool:
+    """Whether a server on ``host`` keeps its IPC after bakeoff's ssh session ends; when it may not
+    (logind's RemoveIPC on, the user not lingering), a note says the one command that fixes it."""
+    run = getattr(host, "run_script", None)
+    if run is None:
+        return True
+    out = run(IPC_CHECK, 30).strip()
+    if out.startswith("at-risk"):
+        user = out.split()[-1]
+        note(f"{host.describe}: systemd-logind's RemoveIPC is on and {user} does not linger: a server's shared memory "
+             f"can vanish when bakeoff's ssh session ends; run `loginctl enable-linger {user}` there (as root), "
+             "or set RemoveIPC=no in /etc/systemd/logind.conf")
+        return False
+    return True
+
+
 def _checked(spec: Spec, host, sweep_dir: Path, note: Callable[[str], None]) -> str:
+    check_remove_ipc(host, note)
     model_path = spec.model_path(host)
     where = f" on {host.describe}"
     for axis in spec.axes:

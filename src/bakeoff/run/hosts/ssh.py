@@ -275,6 +275,7 @@ class SSHHost(Host):
         self._home: str | None = None
         self._logs: dict[int, _LogMirror] = {}
         self._trees: dict[int, set[int]] = {}  # server pid -> every pid of its tree, seen at stop
+        self._started: dict[int, Handle] = {}  # servers started and not stopped yet (kill_all)
         self._lock = threading.Lock()
         self._control_dir = tempfile.mkdtemp(prefix="bkssh-") if o.control_persist_s else None
         if self._control_dir:
@@ -353,13 +354,37 @@ class SSHHost(Host):
         if len(out) != 2 or not all(x.isdigit() for x in out):
             raise LaunchError(f"ssh {self.dest}: could not start {argv[0]!r} (no pid came back; got {redact_text(' '.join(out))!r})")
         pgid, pid = int(out[0]), int(out[1])
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self._logs[pid] = _LogMirror(CappedLogWriter(log_path, self.opts.max_log_bytes))
         handle = SSHHandle(pid=pid, pgid=pgid, log_path=log_path, host=self.address, remote_log=remote_log)
-        bind = _flag_value(argv, "--host")
-        if (bind is not None and reach(self.opts, bind)[0]) or (bind is None and self.opts.tunnel):
-            handle.tunnel = self._open_tunnel(_port_of(argv), _tunnel_target(bind))
+        try:  # the server runs now: whatever fails after this stops it, or nothing would
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            self._logs[pid] = _LogMirror(CappedLogWriter(log_path, self.opts.max_log_bytes))
+            self._started[pid] = handle
+            bind = _flag_value(argv, "--host")
+            if (bind is not None and reach(self.opts, bind)[0]) or (bind is None and self.opts.tunnel):
+                handle.tunnel = self._open_tunnel(_port_of(argv), _tunnel_target(bind))
+        except BaseException:
+            try:
+                self.stop(handle, 2.0)
+            except Exception:  # the host itself gone: the store's pid lets the next run stop it
+                pass
+            raise
         return handle
+
+    def kill_all(self) -> int:
+        """A second Ctrl-C: SIGKILL every server this host started and has not stopped, close
+        their tunnels; never blocks long (one ssh round trip per server, a short timeout)."""
+        n = 0
+        for pid, handle in list(self._started.items()):
+            tunnel = getattr(handle, "tunnel", None)
+            if tunnel is not None and tunnel.poll() is None:
+                tunnel.kill()
+            try:
+                self._kill(handle.pid, handle.pgid, 0.2)
+                n += 1
+            except Exception:  # unreachable: the store's pid lets the next run stop it
+                pass
+            self._started.pop(pid, None)
+        return n
 
     def client_host(self, bind: str) -> str:
         """Where the local HTTP client connects to a server that binds ``bind`` on the remote."""
@@ -393,6 +418,7 @@ class SSHHost(Host):
     def stop(self, handle: Handle, grace_s: float = 10.0) -> None:
         try:
             self._kill(handle.pid, handle.pgid, grace_s)
+            self._started.pop(handle.pid, None)
         finally:
             try:
                 with self._lock:
