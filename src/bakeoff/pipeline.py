@@ -240,6 +240,7 @@ class Sweep:
     started: float = 0.0
     gave_up: dict[str, dict] = field(default_factory=dict)  # key -> config: the host failed under it this run
     relaunch: Callable[[], dict | None] = lambda: None  # one more launch of the baseline (measure.remeasure)
+    unbased: set[str] = field(default_factory=set)  # keys dispatched while the baseline had not passed
 
     def current(self) -> list[TrialRecord]:
         """This spec's trials (stale ones from an edited spec left out), in order."""
@@ -254,6 +255,7 @@ def _loop(sw: Sweep) -> str:
     the budget is spent; returns why it stopped (also stored as the sweep's stop reason)."""
     for p in make_plan(sw.spec):  # what is known in advance is listed (and counted) from the start
         _trial(sw, p.config)
+    _rejudge(sw)  # a resume after the baseline passed: trials judged while it had not
     for rec in sw.current():
         sw.gate.learn(rec)
     strategy = make_strategy(sw.spec)
@@ -279,7 +281,11 @@ def _loop(sw: Sweep) -> str:
             host_failures = host_failures + 1 if rec.verdict == "infra_error" else 0
             if rec.verdict == "infra_error":  # retried by the next `bakeoff run`, not by this one
                 sw.gave_up[rec.key] = rec.config
+            if rec.key in sw.unbased and rec.is_finished():  # judged by the absolute checks only
+                rec = rec.with_(metrics={**rec.metrics, "without_baseline": True})
             sw.store.save(rec)
+            if rec.is_baseline:
+                _rejudge(sw)
             sw.gate.learn(rec)
             decide.save(sw.store)
             sw.events.trial_end(sw.store.get(rec.key))
@@ -343,7 +349,21 @@ def _dispatch(sw: Sweep, cfg: dict, running: dict[str, Planned]) -> None:
         confirm_port_free(sw.host, sw.spec.server.port, sw.events)
     running[rec.key] = p
     base = _trial(sw, sw.spec.baseline_config())
-    sw.executor.submit(Job(p, rec, _baseline_probes(sw.store, base, p)))
+    reference = _baseline_probes(sw.store, base, p)
+    if p.changed and reference is None:
+        sw.unbased.add(rec.key)
+    sw.executor.submit(Job(p, rec, reference))
+
+
+def _rejudge(sw: Sweep) -> None:
+    """Once the baseline passed: every trial judged while it had not is judged against it
+    (``judge.rejudge``): from its stored answers, or run again."""
+    from bakeoff.judge.rejudge import rejudge_all
+
+    engine = get_engine(sw.spec.engine, **sw.spec.engine_options)
+    if rejudge_all(sw.store, sw.spec, expect_logprobs=engine.supports_logprobs, ignore_eos=engine.supports_ignore_eos,
+                   note=sw.events.note):
+        decide.save(sw.store)
 
 
 def _trial(sw: Sweep, cfg: dict) -> TrialRecord:

@@ -21,8 +21,10 @@ per divergence) and judges the continuation the same way, so a reply that flips 
 and then degrades fails. A reply that stops early (EOS where the baseline's own token was far
 more likely than any alternative) or is truncated is not "a prefix": it is an ``early_stop``.
 
-Reasoning models (``[server] thinking``): a reply's answer is its content; a reply with no
-content (a parser that never saw the thought end) is judged on its ``reasoning_content``. The
+Reasoning models (``[server] thinking``): a reply's answer is its content. A reply with no
+content (a parser that never saw the thought end) is ``answer_in_reasoning`` (clients read
+``content`` and got "") unless the spec says the deployment thinks (``thinking = "on"``); then
+it is judged on its ``reasoning_content``. The
 detectors read the thought too and the differential compares every generated token, thought
 included. A reply cut by ``max_tokens`` while still thinking is *unanswered* (``unanswered``),
 not wrong: its task is not scored, and a set with nothing answered is ``thinking_cut``.
@@ -794,7 +796,9 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
     ``baseline_below_floor`` (nothing known-good exists). The checks, in order; the first
     failure decides and ``values`` holds everything measured up to there:
       1. absolute detectors in every mode, zero tolerance (a model behaviour such as looping is
-         excused only where the baseline shows it on the same prompt);
+         excused only where the baseline shows it on the same prompt); then ``answer_in_reasoning``
+         (``_check_content``): a finished reply whose content is empty and whose answer is only in
+         ``reasoning_content``, unless the spec says the deployment thinks (``thinking = "on"``);
       2. absolute floors (``absolute_floors``), for every trial;
       3. the whole-answer differential vs the baseline in single, long and bench modes;
       4. tasks and needles the baseline got right, lost by a divergence that is not a near-tie;
@@ -826,8 +830,8 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
     def fail(mode: str, detector: str, detail: str, evidence: list[str]) -> ProbeOutcome:
         return ProbeOutcome(False, mode, detector, detail, values, evidence=evidence, checks_not_run=not_run)
 
-    for check in (_check_detectors, _check_floors, _check_differential, _check_tasks, _check_gate, _check_concurrent,
-                  _check_lm_eval):
+    for check in (_check_detectors, _check_content, _check_floors, _check_differential, _check_tasks, _check_gate,
+                  _check_concurrent, _check_lm_eval):
         found = check(collected, cfg, baseline, values, expect_logprobs, role)
         if found:
             return fail(*found)
@@ -871,6 +875,32 @@ def _check_detectors(collected, cfg, baseline, values, expect_logprobs, role):
                 evidence += [f"also: {f}" for f in found[1:]]
                 return mode, _name(found[0]), f"{mode} / prompt {pid}: {found[0]}; text {r.text[:120]!r}", evidence
     return None
+
+
+def _check_content(collected, cfg, baseline, values, expect_logprobs, role):
+    """``answer_in_reasoning``: a reply that ended on its own (not cut by ``max_tokens``) with an
+    empty ``content`` and its answer only in ``reasoning_content``. Every OpenAI client reads
+    ``content``, so it got "" — whatever the thought says. Accepted only where the spec says the
+    deployment is meant to think (``[server] thinking = "on"``: the caller reads the reasoning
+    field); for the baseline too (no baseline can excuse what clients do not see)."""
+    mode_asked = ((collected.get("info") or {}).get("thinking") or {}).get("mode", "auto")
+    if mode_asked == "on":
+        return None
+    texts = _texts(collected["prompts"])
+    hidden = [(mode, pid, r) for mode, items in collected["results"].items() for pid, r in items.items()
+              if r.ok and r.from_reasoning and not r.cut_while_thinking]
+    if not hidden:
+        return None
+    mode, pid, r = hidden[0]
+    values["answers_only_in_reasoning"] = len(hidden)
+    evidence = [f"{m} / prompt {p}: content {''!r}, reasoning_content {x.reasoning[:100]!r} (finish_reason {x.finish_reason})"
+                for m, p, x in hidden[:4]]
+    evidence.append(f"prompt: {texts.get(pid.split('#')[0], '(generated prompt)')[:100]!r}")
+    return (mode, "answer_in_reasoning",
+            f"{len(hidden)} replies ended with an empty content and their answer only in reasoning_content "
+            f"(e.g. {mode} / prompt {pid}: {r.reasoning[:80]!r}); a client reading content gets \"\". "
+            f"server.thinking = {mode_asked!r}: set it to 'on' if the deployment is meant to answer in its reasoning, "
+            "else fix the reasoning parser / chat template", evidence)
 
 
 def _check_floors(collected, cfg, baseline, values, expect_logprobs, role):
