@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from bakeoff import decide
+from bakeoff.judge import confirm
 from bakeoff.plan import Planned, make_plan, planned
 from bakeoff.plan.base import make_strategy
 from bakeoff.plan.prune import Gate
@@ -241,6 +242,7 @@ class Sweep:
     gave_up: dict[str, dict] = field(default_factory=dict)  # key -> config: the host failed under it this run
     relaunch: Callable[[], dict | None] = lambda: None  # one more launch of the baseline (measure.remeasure)
     unbased: set[str] = field(default_factory=set)  # keys dispatched while the baseline had not passed
+    confirming: dict[str, dict] = field(default_factory=dict)  # key -> its first launch: a relaunch confirms it
 
     def current(self) -> list[TrialRecord]:
         """This spec's trials (stale ones from an edited spec left out), in order."""
@@ -278,6 +280,14 @@ def _loop(sw: Sweep) -> str:
             break
         for rec in sw.executor.wait():
             running.pop(rec.key, None)
+            if rec.key in sw.confirming:  # the relaunch of a statistical gate's failure: judged over both launches
+                rec = confirm.confirmed(rec, sw.confirming.pop(rec.key))
+            elif confirm.needs_confirming(rec) and not sw.stopped():
+                sw.store.save(confirm.to_confirm(rec))
+                sw.events.note(f"trial {rec.idx} failed only a statistical gate ({rec.cause}): launching it again to "
+                               "confirm (a launch's own nondeterminism can fail a paired test)")
+                _dispatch(sw, rec.config, running)
+                continue
             host_failures = host_failures + 1 if rec.verdict == "infra_error" else 0
             if rec.verdict == "infra_error":  # retried by the next `bakeoff run`, not by this one
                 sw.gave_up[rec.key] = rec.config
@@ -348,6 +358,8 @@ def _dispatch(sw: Sweep, cfg: dict, running: dict[str, Planned]) -> None:
     if sw.spec.server.port:
         confirm_port_free(sw.host, sw.spec.server.port, sw.events)
     running[rec.key] = p
+    if rec.metrics.get("first_launch"):  # a relaunch to confirm (judge.confirm), also after a resume
+        sw.confirming[rec.key] = rec.metrics["first_launch"]
     base = _trial(sw, sw.spec.baseline_config())
     reference = _baseline_probes(sw.store, base, p)
     if p.changed and reference is None:
@@ -391,13 +403,17 @@ def _budget_left(sw: Sweep) -> int:
 
 
 def _baseline_probes(store: Store, base: TrialRecord, p: Planned) -> dict | None:
-    """The baseline's stored answers, when it passed correctness; the reference for ``p``."""
+    """The baseline's stored answers, when it passed correctness; the reference for ``p``. With
+    what its relaunches answered right (``launch_answers``): the paired tests use only the items
+    the baseline answered the same way on every launch (``judge.confirm``)."""
     if not p.changed:
         return None
     base = store.get(base.key)
     if base is None or base.metrics.get("judged", base.verdict) not in ("ok", "slow"):
         return None
-    return store.artifact(base.key, "probes")
+    art = store.artifact(base.key, "probes")
+    relaunched = [r["answers"] for r in decide.baseline_runs(store) if r.get("answers")]
+    return {**art, "launch_answers": relaunched} if art is not None and relaunched else art
 
 
 def dumps(obj) -> str:

@@ -174,6 +174,9 @@ def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None
         d.noise_line = noise_line(d)
     if d.drift and d.drift["call"] != "tie":
         d.cautions.append(d.drift["caution"])
+    from bakeoff.judge.confirm import caution as unstable_caution
+
+    d.cautions += [unstable_caution(label(t), t) for t in final if t.verdict == "unstable"]
     for r in baseline_runs or []:
         if r and r.get("failed"):
             d.cautions.append(f"FLAKY BASELINE: launched again (launch {r.get('launch', '?')} of the sweep) it failed: "

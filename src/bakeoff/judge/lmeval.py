@@ -163,7 +163,10 @@ def check(mine: dict, base: dict | None, cfg: LmEval, values: dict):
         row = {"filter": got["filter"], "accuracy": f"{k}/{len(docs)}", "ci95": list(wilson(k, len(docs)))}
         theirs = ((base or {}).get("tasks") or {}).get(task)
         if theirs is not None:
-            same = [d for d in docs if d in theirs["docs"]]
+            shaky = set(((base or {}).get("unstable_docs") or {}).get(task) or ())  # the baseline's own launches disagree
+            same = [d for d in docs if d in theirs["docs"] and d not in shaky]
+            if shaky:
+                row["unstable_on_baseline"] = len(shaky)
             b = [theirs["docs"][d][0] for d in same]
             t = [docs[d][0] for d in same]
             lost, gained, _ = mcnemar_worse(b, t)

@@ -1037,12 +1037,38 @@ def _check_tasks(collected, cfg, baseline, values, expect_logprobs, role):
     return None
 
 
+def launch_answers(collected: dict, cfg: Probes) -> dict:
+    """What one launch answered right: per task-gate item (answered ones) and per lm-eval
+    document. The baseline's relaunches store it, so that the paired tests use only what the
+    baseline answers the same way on every launch (``stable_only``)."""
+    gate = collected["results"].get("gate") or {}
+    out: dict = {"gate": {p.id: _task_right(p, gate) for p in gate_items(cfg.gate_items, cfg.gate_seed)
+                          if p.id in gate and p.id not in unanswered(gate)}}
+    if collected.get("lm_eval"):
+        out["lm_eval"] = {task: {d: bool(v[0]) for d, v in got["docs"].items()} for task, got in collected["lm_eval"]["tasks"].items()}
+    return out
+
+
+def unstable_items(first: dict[str, bool], launches: list[dict[str, bool]]) -> set[str]:
+    """Items some later launch of the baseline answered otherwise (right vs wrong) than ``first``."""
+    return {k for run in launches for k, v in run.items() if k in first and v != first[k]}
+
+
 def _check_gate(collected, cfg, baseline, values, expect_logprobs, role):
+    """The paired exact McNemar test of the task gate against the baseline, over the items both
+    answered and that the baseline answered the same way on each of its launches (its relaunches'
+    ``launch_answers``, when any were made before this judgement): an item the baseline itself
+    gets right on one launch and wrong on another is launch noise, not a reference."""
     gate, base_gate = collected["results"].get("gate") or {}, (baseline or {}).get("results", {}).get("gate") or {}
     if not gate or not base_gate:
         return None
     cut = unanswered(gate) | unanswered(base_gate)  # paired items both sides answered
     items = [p for p in gate_items(cfg.gate_items, cfg.gate_seed) if p.id in gate and p.id in base_gate and p.id not in cut]
+    runs = [a.get("gate") or {} for a in (baseline or {}).get("launch_answers") or []]
+    if runs:
+        shaky = unstable_items({p.id: _task_right(p, base_gate) for p in items}, runs)
+        items = [p for p in items if p.id not in shaky]
+        values.update(gate_baseline_launches=1 + len(runs), gate_unstable_on_baseline=len(shaky))
     b = [_task_right(p, base_gate) for p in items]
     t = [_task_right(p, gate) for p in items]
     lost, gained, p = mcnemar_worse(b, t)
@@ -1090,7 +1116,13 @@ def _check_lm_eval(collected, cfg, baseline, values, expect_logprobs, role):
         return None
     from bakeoff.judge import lmeval
 
-    return lmeval.check(collected["lm_eval"], (baseline or {}).get("lm_eval"), cfg.lm_eval, values)
+    base = (baseline or {}).get("lm_eval")
+    runs = [a["lm_eval"] for a in (baseline or {}).get("launch_answers") or [] if a.get("lm_eval")]
+    if base and runs:  # documents the baseline answered otherwise on a relaunch: not a reference
+        base = {**base, "unstable_docs": {task: sorted(unstable_items({d: bool(v[0]) for d, v in got["docs"].items()},
+                                                                      [r.get(task) or {} for r in runs]))
+                                          for task, got in (base.get("tasks") or {}).items()}}
+    return lmeval.check(collected["lm_eval"], base, cfg.lm_eval, values)
 
 
 def _name(finding: str) -> str:
@@ -1139,6 +1171,7 @@ def results_from_json(data: dict, prompt_set: str) -> dict:
         "info": data.get("info", {}),
         "bench": data.get("bench"),
         "lm_eval": data.get("lm_eval"),
+        "launch_answers": data.get("launch_answers") or [],
         "texts": data.get("texts") or {},
         "anchored": {m: {p: [(k, Result(**r)) for k, r in conts] for p, conts in items.items()}
                      for m, items in (data.get("anchored") or {}).items()},

@@ -9,7 +9,8 @@ stored benchmark levels — the same ``probes.judge`` and ``bench.check_against_
 trial gets. What stored answers cannot settle goes back to ``pending`` and runs again with the
 baseline: a near-tie divergence whose continuation was never teacher-forced (that needs the live
 server), a trial with no stored answers, a model behaviour (a loop) that the baseline may excuse
-but whose trial never reached its benchmark.
+but whose trial never reached its benchmark; a statistical gate's failure is confirmed on a
+relaunch (``judge.confirm``) like a live one.
 
 Until re-judged, ``decide`` keeps such a trial's caution (``without_baseline``): it is never
 ranked as faster than a baseline its answers were not compared with.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import time
 
-from bakeoff.judge import probes
+from bakeoff.judge import confirm, probes
 from bakeoff.spec import Spec
 from bakeoff.store import Store, TrialRecord
 
@@ -79,13 +80,14 @@ def rejudge(rec: TrialRecord, collected: dict | None, baseline: dict, spec: Spec
     how = ("re-judged against the baseline's stored answers once the baseline passed (this trial ran while it "
            "had not)")
     if not outcome.passed and (outcome.detector not in NEEDS_LIVE_SERVER or not unfollowed):
-        return rec.with_(state="finished", verdict="wrong", cause=outcome.detector,
+        wrong = rec.with_(state="finished", verdict="wrong", cause=outcome.detector,
                          detail=f"wrong in {outcome.failed_mode} mode ({outcome.detector}): {outcome.detail} — {how}",
                          evidence=outcome.evidence or [outcome.detail],
                          metrics={**_kept(rec), "probe": outcome.values, "failed_mode": outcome.failed_mode,
                                   "detector": outcome.detector, "checks_not_run": outcome.checks_not_run,
                                   "judged": "wrong", "rejudged": how},
                          finished=time.time())
+        return confirm.to_confirm(wrong) if confirm.needs_confirming(wrong) else wrong  # a paired test: a relaunch confirms
     if not outcome.passed or unfollowed or first not in CORRECT:
         return _again(rec)  # a near-tie never followed (or a loop the baseline excuses): the live server decides
     levels, fault = _bench_against(rec.metrics.get("levels") or [], baseline, spec, ignore_eos)
