@@ -136,3 +136,19 @@ def test_the_baseline_was_launched_as_often_as_the_decision_wanted(sweep):
         assert "4 launches" in d.headline or any("in 4 launches" in (f.sentence or "") for f in d.fallbacks + [d.winner])
     else:
         assert d.launch_noise["source"] in ("default", "drift")
+
+
+def test_multi_turn_chats_with_a_system_prompt_were_asked_and_compared(sweep):
+    """The default set's two multi-turn chats with a system prompt reached the real engine as
+    chats (SmolLM2 answers Paris after the earlier turn), in single and concurrent mode, and the
+    change was compared with the baseline on them."""
+    with Store(sweep["dir"]) as store:
+        base, fa, _ = store.trials()
+        arts = {t.key: store.artifact(t.key, "probes") for t in (base, fa)}
+    for t in (base, fa):
+        res = arts[t.key]["results"]
+        for pid in ("chat_capital", "chat_pirate"):
+            assert "paris" in res["single"][pid]["text"].lower() and res["single"][pid]["tokens"], res["single"][pid]["text"]
+            assert f"{pid}#0" in res["concurrent"]
+    assert fa.metrics["probe"]["task_accuracy"] == fa.metrics["probe"]["task_accuracy_baseline"]
+    assert any("multi-turn chats (chat_capital, chat_pirate)" in c for c in fa.metrics["checks_not_run"])

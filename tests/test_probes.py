@@ -758,3 +758,24 @@ def test_launch_answers_are_what_a_relaunch_stores():
     got = probes.launch_answers(collected(good(), gate={p.id: words("I do not know .") for p in items}), cfg)
     assert got == {"gate": {p.id: False for p in items}}
     assert probes.unstable_items({"a": True, "b": False}, [{"a": True, "b": True}, {"a": True}]) == {"b"}
+
+
+def test_multi_turn_chats_with_a_system_prompt_are_in_the_default_set():
+    """vLLM #38652: an FP8 KV cache garbled only multi-turn chats with a system prompt. The
+    default set asks two; each request carries the system message and the earlier turns."""
+    full, _ = probes.load_prompt_set("default")
+    chats = [p for p in full if p.chat]
+    assert [p.id for p in chats] == ["chat_capital", "chat_pirate"] and all(p.answer for p in chats)
+    assert probes.messages(chats[0]) == [
+        {"role": "system", "content": "You are a geography assistant. Answer in one word."},
+        {"role": "user", "content": "What is the capital of Italy?"}, {"role": "assistant", "content": "Rome."},
+        {"role": "user", "content": "And the capital of France?"}]
+    assert probes.messages(chats[0], "pad. And?")[-1] == {"role": "user", "content": "pad. And?"}
+    assert probes.messages(probes.Prompt("x", "hi")) == [{"role": "user", "content": "hi"}]
+
+
+def test_a_chat_whose_turns_do_not_pair_is_a_spec_error(tmp_path):
+    f = tmp_path / "p.toml"
+    f.write_text('[[prompt]]\nid = "c"\ntext = "and?"\nturns = ["only the user"]\n')
+    with pytest.raises(probes.ProbeSetError, match=r"prompt 'c': `turns` must be pairs of non-empty strings"):
+        probes.load_prompt_set(str(f))

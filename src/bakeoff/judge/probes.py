@@ -61,10 +61,28 @@ from bakeoff.spec import Bench, Probes
 
 @dataclass(frozen=True)
 class Prompt:
+    """One probe. ``text`` is the last user message; ``system`` and ``turns`` (earlier user and
+    assistant messages, alternating, the user first) make it a multi-turn chat with a system
+    prompt — where some faults show only (vLLM #38652: an FP8 KV cache garbled exactly those)."""
+
     id: str
     text: str
     answer: str | None = None
     json: bool = False
+    system: str | None = None
+    turns: tuple[str, ...] = ()
+
+    @property
+    def chat(self) -> bool:
+        return bool(self.system or self.turns)
+
+
+def messages(p: Prompt, text: str | None = None) -> list[dict]:
+    """The chat messages of ``p``: its system prompt, its earlier turns, then ``text`` (its own
+    text by default; the benchmark-shaped mode puts padding before it) as the last user message."""
+    out = [{"role": "system", "content": p.system}] if p.system else []
+    out += [{"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(p.turns)]
+    return [*out, {"role": "user", "content": p.text if text is None else text}]
 
 
 class ProbeSetError(ValueError):
@@ -103,9 +121,13 @@ def load_prompt_set(name: str) -> tuple[list[Prompt], dict]:
     elif "only" in data:
         raise ProbeSetError(f"probe set {name!r}: `only` needs `include` (the set it picks from)")
     try:
-        prompts = prompts + [Prompt(**p) for p in data.get("prompt", [])]
+        prompts = prompts + [Prompt(**{**p, "turns": tuple(p.get("turns", ()))}) for p in data.get("prompt", [])]
     except TypeError as err:
         raise ProbeSetError(f"probe set {name!r}: a [[prompt]] entry is malformed: {err}") from None
+    for p in prompts:
+        if len(p.turns) % 2 or not all(isinstance(t, str) and t for t in p.turns):
+            raise ProbeSetError(f"probe set {name!r}: prompt {p.id!r}: `turns` must be pairs of non-empty strings "
+                                f"(user, assistant, ...) before `text`; got {len(p.turns)} entries")
     if not prompts:
         raise ProbeSetError(f"probe set {name!r} resolves to no prompts")
     return prompts, _long_config(data.get("long", long_cfg))
@@ -589,17 +611,23 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
     url = base_url + "/v1/chat/completions"
     top = cfg.top_logprobs if expect_logprobs else -1
 
-    def body(text: str, max_tokens: int | None = None) -> dict:
-        return chat_body([{"role": "user", "content": text}], max_tokens=(max_tokens or cfg.max_tokens) + thinking_room,
+    def body(text: "str | list[dict]", max_tokens: int | None = None) -> dict:
+        msgs = text if isinstance(text, list) else [{"role": "user", "content": text}]
+        return chat_body(msgs, max_tokens=(max_tokens or cfg.max_tokens) + thinking_room,
                          top_logprobs=top, model=model, thinking=thinking)
 
     out: dict[str, dict[str, Result]] = {"single": {}, "long": {}, "concurrent": {}}
     info: dict = {"thinking": {"mode": thinking, "room": thinking_room}}
-    texts: dict[str, dict[str, str]] = {"single": {p.id: p.text for p in prompts}}
+    # a multi-turn chat's prompt is not one user text: no teacher forcing for it (checks_not_run)
+    texts: dict[str, dict[str, str]] = {"single": {p.id: p.text for p in prompts if not p.chat}}
+    if any(p.chat for p in prompts) and baseline is not None and expect_logprobs:
+        info.setdefault("checks_not_run", []).append(
+            "teacher-forced continuation of the multi-turn chats (" + ", ".join(p.id for p in prompts if p.chat)
+            + "): compared up to their first divergence")
     collected = {"prompts": prompts, "long": long_cfg, "results": out, "info": info, "texts": texts}
     async with new_session(timeout_s=timeout_s) as session:
         for p in prompts:
-            out["single"][p.id] = await stream_request(session, url, body(p.text))
+            out["single"][p.id] = await stream_request(session, url, body(messages(p)))
         if _unexcusable(out["single"], expect_logprobs):
             return collected  # e.g. NaN: judged already
         if long_cfg:
@@ -609,7 +637,7 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
             if _unexcusable(out["long"], expect_logprobs):
                 return collected
         if cfg.concurrency:
-            jobs = [(f"{p.id}#{i}", p.text) for i in range(cfg.concurrency) for p in prompts]
+            jobs = [(f"{p.id}#{i}", messages(p)) for i in range(cfg.concurrency) for p in prompts]
             results = await asyncio.gather(*(stream_request(session, url, body(t)) for _, t in jobs))
             out["concurrent"] = dict(zip((j for j, _ in jobs), results))
             if _unexcusable(out["concurrent"], expect_logprobs):
@@ -617,10 +645,10 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
         mode = bench_mode(bench) if cfg.load_probe else None
         if mode:
             pad = await _pad_text(session, base_url, bench.input_tokens)
-            jobs = [(f"{p.id}#{i}", pad + p.text) for i, p in zip(range(max(bench.concurrency)), _cycle(prompts))]
-            results = await asyncio.gather(*(stream_request(session, url, body(t)) for _, t in jobs))
+            jobs = [(f"{p.id}#{i}", p) for i, p in zip(range(max(bench.concurrency)), _cycle(prompts))]
+            results = await asyncio.gather(*(stream_request(session, url, body(messages(p, pad + p.text))) for _, p in jobs))
             out[mode] = dict(zip((j for j, _ in jobs), results))
-            texts[mode] = dict(jobs)
+            texts[mode] = {j: pad + p.text for j, p in jobs if not p.chat}
             info["bench_prompt"] = {"concurrency": len(jobs), "padding_tokens": bench.input_tokens}
             if _unexcusable(out[mode], expect_logprobs):
                 return collected
