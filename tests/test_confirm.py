@@ -28,8 +28,9 @@ def _spec() -> spec.Spec:
 class StubExecutor:
     """One trial at a time; each launch of a configuration answers with the next canned outcome."""
 
-    def __init__(self, outcomes: dict[bool, list[dict]]) -> None:
+    def __init__(self, outcomes: dict[bool, list[dict]], store: Store) -> None:
         self.outcomes = outcomes  # changed? -> one dict per launch
+        self.store = store
         self.jobs: list = []
         self.launches: list[tuple[int, dict | None]] = []
 
@@ -43,6 +44,8 @@ class StubExecutor:
         job = self.jobs.pop()
         self.launches.append((job.record.idx, job.baseline_probes))
         got = self.outcomes[bool(job.planned.changed)].pop(0)
+        if not job.planned.changed:  # the baseline's answers, as a trial run stores them (none here)
+            self.store.put_artifact(job.record.key, "probes", {"results": {}})
         levels = [{"level": "c=1", "valid": True, "output_tok_s": 100.0, "samples": {"output_tok_s": [100.0, 101.0]}}]
         return [job.record.with_(state="finished", metrics={"levels": levels} if got["verdict"] == "ok" else {},
                                  finished=time.time(), **got)]
@@ -52,7 +55,7 @@ def _sweep(tmp_path, outcomes) -> tuple[Sweep, StubExecutor, Store]:
     s = _spec()
     store = Store(tmp_path)
     store.init_sweep(s.name, s.model_dump(mode="json"), {}, "i")
-    ex = StubExecutor(outcomes)
+    ex = StubExecutor(outcomes, store)
     return Sweep(s, store, None, ex, Gate.for_spec(s), Events(), "m.gguf", "i", lambda: False), ex, store
 
 
@@ -60,11 +63,20 @@ def test_a_gate_only_failure_that_passes_on_a_relaunch_is_unstable_never_recomme
     """The H200 case: one launch of a healthy change failed the gate. The old loop recorded it
     ``wrong`` at once; now it is launched again, passes, and is ``unstable`` in every output."""
     sw, ex, store = _sweep(tmp_path, {False: [dict(verdict="ok")], True: [GATE_FAIL, dict(verdict="ok", detail="agreement=1.0")]})
+    relaunched = []
+
+    def relaunch():  # measure.remeasure: the baseline launched once more, its gate answers stored
+        relaunched.append(len(ex.launches))
+        store.set_meta("baseline_runs", [{"identity": "i", "launch": 2, "answers": {"gate": {"gate:add0": False}}}])
+        return {}
+
+    sw.relaunch = relaunch
     _loop(sw)
     with store:
         base, t = store.current()
         d = decide.save(store)
     assert [i for i, _ in ex.launches] == [0, 1, 1]  # the baseline, the trial, the trial again
+    assert relaunched == [2] and ex.launches[2][1]["launch_answers"] == [{"gate": {"gate:add0": False}}]  # before the confirmation
     assert (t.verdict, t.cause) == ("unstable", "task_gate"), t.detail
     assert t.detail.startswith("unstable: the first launch failed a statistical gate (wrong in gate mode (task_gate)")
     assert t.metrics["first_launch"]["detail"] == GATE_FAIL["detail"] and t.metrics["launches_judged"] == 2
@@ -122,7 +134,6 @@ def test_a_trial_run_while_the_baseline_failed_is_rejudged_once_it_passes(tmp_pa
         assert d.headline.startswith("Recommended, unverified")  # nothing known-good: said so
     assert ex.launches[1] == (1, None)  # judged with no baseline
     sw2, ex2, store2 = _sweep(tmp_path, {False: [dict(verdict="ok")], True: [dict(verdict="ok", detail="agreement=1.0")]})
-    store2.put_artifact(base.key, "probes", {"results": {}})  # the relaunched baseline's answers (the stub stores none)
     _loop(sw2)
     with store2:
         base, t = store2.current()

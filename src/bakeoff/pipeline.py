@@ -286,6 +286,7 @@ def _loop(sw: Sweep) -> str:
                 sw.store.save(confirm.to_confirm(rec))
                 sw.events.note(f"trial {rec.idx} failed only a statistical gate ({rec.cause}): launching it again to "
                                "confirm (a launch's own nondeterminism can fail a paired test)")
+                _baseline_answers_again(sw, running)
                 _dispatch(sw, rec.config, running)
                 continue
             host_failures = host_failures + 1 if rec.verdict == "infra_error" else 0
@@ -306,6 +307,17 @@ def _loop(sw: Sweep) -> str:
     sw.store.set_meta("stop_reason", {"done": strategy.why_done or "done",
                                       "budget": "the search budget ran out (plan.max_trials / plan.max_hours)"}.get(why, why))
     return why
+
+
+def _baseline_answers_again(sw: Sweep, running: dict[str, Planned]) -> None:
+    """Before a statistical gate's failure is confirmed: when no relaunch of the baseline has
+    recorded its answers yet, launch it once more (one at a time, as its other relaunches), so
+    that the confirming judgement pairs only the items the baseline answers alike on two launches."""
+    if running or sw.executor.capacity() != 1 or any(r.get("answers") for r in decide.baseline_runs(sw.store)):
+        return
+    sw.events.note("launching the baseline again: which of its answers are stable from launch to launch")
+    if sw.relaunch() is not None:
+        decide.save(sw.store)
 
 
 def _relaunch_baseline(sw: Sweep, at_end: bool) -> None:
