@@ -283,10 +283,11 @@ def _loop(sw: Sweep) -> str:
             if rec.key in sw.confirming:  # the relaunch of a statistical gate's failure: judged over both launches
                 rec = confirm.confirmed(rec, sw.confirming.pop(rec.key))
             elif confirm.needs_confirming(rec) and not sw.stopped():
-                sw.store.save(confirm.to_confirm(rec))
                 sw.events.note(f"trial {rec.idx} failed only a statistical gate ({rec.cause}): launching it again to "
                                "confirm (a launch's own nondeterminism can fail a paired test)")
+                sw.store.save(rec)  # finished meanwhile: the baseline's relaunch counts it as a launched change
                 _baseline_answers_again(sw, running)
+                sw.store.save(confirm.to_confirm(rec))
                 _dispatch(sw, rec.config, running)
                 continue
             host_failures = host_failures + 1 if rec.verdict == "infra_error" else 0
