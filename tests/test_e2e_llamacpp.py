@@ -127,6 +127,8 @@ def test_the_baseline_was_launched_as_often_as_the_decision_wanted(sweep):
         d = decide.load(store)
         base_key = next(t.key for t in store.trials() if t.is_baseline)
     assert 1 + len(runs) == wanted and not any(r.get("failed") for r in runs)
+    # each relaunch stored what it answered right on the task gate: the gates' stable-answer rule
+    assert all(len(r["answers"]["gate"]) == 80 and set(map(type, r["answers"]["gate"].values())) == {bool} for r in runs)
     assert sorted(p.name for p in (sweep["dir"] / "logs").glob("9*.log")) == \
         [f"{9000 + n}-{base_key}.log" for n in range(2, wanted + 1)]
     report = (sweep["dir"] / "report.md").read_text()

@@ -11,6 +11,10 @@ Resume: a trial whose identity (model, args, env, engine version, probe and benc
 matches the spec's is kept; a stale one is neither ranked nor reused. A trial left "running"
 by a killed bakeoff has its server stopped and runs again. Ctrl-C: see ``StopFlag``. One bad
 configuration never stops the sweep; only bakeoff's own bugs propagate.
+
+No verdict without its baseline: a trial dispatched while the baseline had not passed is judged
+against it once it passes (``judge.rejudge``). A trial that failed only a statistical gate is
+launched again before it is called wrong (``judge.confirm``: ``wrong`` again, or ``unstable``).
 """
 
 from __future__ import annotations
