@@ -176,3 +176,23 @@ def test_the_thinking_line():
                     "after the thought), 1 on their reasoning_content (no content); 1 cut by max_tokens while thinking, not "
                     "scored as tasks (raise server.thinking_tokens).")
     assert thinking_line({"server": {}}, []) == ""  # a model that does not think, left to its default: no line
+
+
+def test_an_answer_only_in_reasoning_content_is_not_what_clients_read():
+    """Content empty, the answer only in reasoning_content: every client reading ``content`` got
+    "". Not ok unless the spec says the deployment thinks; the baseline is no excuse."""
+    res = {"arith": _r("", "2+3 is 5"), "capital": _r("Paris", "Is it Lyon?")}
+    for thinking in ("auto", "off"):
+        out = judge(_collected(res, thinking), CFG, None, role="baseline")
+        assert (out.passed, out.failed_mode, out.detector) == (False, "single", "answer_in_reasoning"), out.detail
+        assert "single / prompt arith" in out.evidence[0] and "'2+3 is 5'" in out.evidence[0]
+        assert out.values["answers_only_in_reasoning"] == 1
+        base = _collected(res, thinking)
+        assert judge(_collected(res, thinking), CFG, base, role="trial").detector == "answer_in_reasoning"
+    assert judge(_collected(res, "on"), CFG, None, role="baseline").passed
+
+
+def test_a_thought_cut_by_max_tokens_is_not_an_answer_hidden_in_reasoning():
+    """Cut while thinking is truncation (unanswered), whatever ``thinking`` says."""
+    res = {"arith": _r("5", "2+3"), "capital": _r("", "Let me think about France", "length")}
+    assert judge(_collected(res, "auto"), CFG, None, role="baseline").passed

@@ -142,6 +142,8 @@ def test_the_baseline_was_launched_as_often_as_the_decision_wanted(sweep):
         d = decide.load(store)
         base_key = next(t.key for t in store.trials() if t.is_baseline)
     assert 1 + len(runs) == wanted and not any(r.get("failed") for r in runs)
+    # each relaunch stored what it answered right on the task gate: the gates' stable-answer rule
+    assert all(len(r["answers"]["gate"]) == 80 and set(map(type, r["answers"]["gate"].values())) == {bool} for r in runs)
     assert sorted(p.name for p in (sweep["dir"] / "logs").glob("9*.log")) == \
         [f"{9000 + n}-{base_key}.log" for n in range(2, wanted + 1)]
     report = (sweep["dir"] / "report.md").read_text()
@@ -183,3 +185,19 @@ def test_the_command_to_deploy_is_plans_command_on_the_users_port(sweep):
 
 def sweep_last_line(d) -> str:
     return d.summary_lines()[-1]
+
+
+def test_multi_turn_chats_with_a_system_prompt_were_asked_and_compared(sweep):
+    """The default set's two multi-turn chats with a system prompt reached the real engine as
+    chats (SmolLM2 answers Paris after the earlier turn), in single and concurrent mode, and the
+    change was compared with the baseline on them."""
+    with Store(sweep["dir"]) as store:
+        base, fa, _ = store.trials()
+        arts = {t.key: store.artifact(t.key, "probes") for t in (base, fa)}
+    for t in (base, fa):
+        res = arts[t.key]["results"]
+        for pid in ("chat_capital", "chat_pirate"):
+            assert "paris" in res["single"][pid]["text"].lower() and res["single"][pid]["tokens"], res["single"][pid]["text"]
+            assert f"{pid}#0" in res["concurrent"]
+    assert fa.metrics["probe"]["task_accuracy"] == fa.metrics["probe"]["task_accuracy_baseline"]
+    assert any("multi-turn chats (chat_capital, chat_pirate)" in c for c in fa.metrics["checks_not_run"])

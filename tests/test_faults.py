@@ -96,7 +96,8 @@ def mixed(real_llamacpp, tmp_path_factory):
     with Store(out) as store:
         trials = store.trials()
         artifacts = {t.key: store.artifact(t.key, "probes") for t in trials}
-    return {"trials": trials, "report": report.read_text(), "took": took, "artifacts": artifacts}
+    return {"trials": trials, "report": report.read_text(), "took": took, "artifacts": artifacts, "dir": out,
+            "spec": specmod.parse(data)}
 
 
 def test_mixed_sweep_verdict_table(mixed):
@@ -113,6 +114,48 @@ def test_early_eos_is_an_early_stop_not_a_prefix(mixed):
     eos = trial_by(mixed["trials"], "eos_bias=2+6")
     assert (eos.verdict, eos.cause, eos.metrics["failed_mode"]) == ("wrong", "early_stop", "single"), eos.detail
     assert eos.detail.startswith("wrong in single mode (early_stop): ") and "EOS" in eos.detail
+
+
+def test_a_trial_judged_while_the_baseline_was_missing_is_judged_against_it_once_it_passes(mixed, tmp_path):
+    """No verdict without its baseline, on the real stored answers of this sweep. The early-EOS
+    configuration's answers pass every absolute check; stored as if it had run while the
+    baseline was an ``infra_error`` (no teacher forcing, judged alone, ``ok``) and benchmarked
+    1.94x the healthy flash-attention trial's real figures (the speed of the reported case). Once
+    the baseline passes: (1) before any re-judging the decision never ranks it and says why (the
+    old code recommended it "faster beyond the noise"); (2) re-judged from its stored answers
+    against the baseline's it is ``wrong (early_stop)``, with the evidence and how it was judged."""
+    import shutil
+
+    from bakeoff import decide
+    from bakeoff.judge.probes import judge, results_from_json
+    from bakeoff.judge.rejudge import NOT_COMPARED, rejudge_all
+
+    spec = mixed["spec"]
+    eos, fa = trial_by(mixed["trials"], "eos_bias=2+6"), trial_by(mixed["trials"], "flash_attn=on")
+    alone = {k: v for k, v in mixed["artifacts"][eos.key].items() if k != "anchored"}  # no baseline: no teacher forcing
+    first = judge(results_from_json(alone, spec.probes.set), spec.probes, None)
+    assert first.passed and NOT_COMPARED in first.checks_not_run, first.detail  # the absolute checks alone find nothing
+    fast = [{**lv, "output_tok_s": lv["output_tok_s"] * 1.94,
+             "samples": {**(lv.get("samples") or {}), "output_tok_s": [x * 1.94 for x in (lv.get("samples") or {}).get(
+                 "output_tok_s") or [lv["output_tok_s"]]]}} for lv in fa.metrics["levels"]]
+    d = tmp_path / "resumed"
+    shutil.copytree(mixed["dir"], d, ignore=shutil.ignore_patterns(".lock"))
+    with Store(d) as store:
+        store.put_artifact(eos.key, "probes", alone)
+        store.save(eos.with_(verdict="ok", cause=None, detail=first.detail, evidence=[],
+                             metrics={"probe": first.values, "levels": fast, "checks_not_run": first.checks_not_run}))
+        dec = decide.save(store)
+        assert "eos_bias=2+6" not in dec.headline and all("eos_bias=2+6" not in f.label for f in dec.fallbacks), dec.headline
+        assert any(c.startswith("NOT COMPARED WITH THE BASELINE: ") and "eos_bias=2+6" in c for c in dec.cautions), dec.cautions
+        assert store.get(eos.key).metrics["unverified"] is True
+        notes: list[str] = []
+        (new,) = rejudge_all(store, spec, expect_logprobs=True, ignore_eos=True, note=notes.append)
+        dec = decide.save(store)
+        rec = store.get(eos.key)
+    assert (rec.verdict, rec.cause, rec.metrics["failed_mode"]) == ("wrong", "early_stop", "single"), rec.detail
+    assert rec.detail.startswith("wrong in single mode (early_stop): ") and "once the baseline passed" in rec.detail
+    assert "re-judged against it from its stored answers: wrong" in notes[0]
+    assert not any(c.startswith("NOT COMPARED") for c in dec.cautions) and "eos_bias=2+6" not in dec.headline
 
 
 def test_baseline_passes_its_absolute_floors_with_measured_values(mixed):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bakeoff import decide
 from bakeoff import spec as specmod
 from bakeoff.errors import SpecError
 from bakeoff.judge import lmeval
@@ -101,13 +102,20 @@ def test_a_bias_against_the_digit_one_is_wrong_by_the_lm_eval_gate(sweep):
     assert bad.detail.startswith("wrong in lm_eval mode (lm_eval_task): lm-eval bakeoff_addition (last-number): ")
     assert any("exact one-sided McNemar p=" in e and "< alpha 0.01" in e for e in bad.evidence)
     assert any(e.startswith("bakeoff_addition doc ") and "baseline" in e for e in bad.evidence), bad.evidence
+    # a statistical gate's failure is confirmed on a relaunch (judge.confirm): a real fault fails
+    # on every launch; the baseline was relaunched first, its lm-eval answers stored (stable docs only)
+    assert bad.metrics["launches_judged"] == 2 and "confirmed on a relaunch (the first launch failed too: " in bad.detail
+    assert "first launch:" in bad.evidence
+    with Store(sweep["dir"]) as store:
+        runs = decide.baseline_runs(store)
+    assert runs and len(runs[0]["answers"]["lm_eval"]["bakeoff_addition"]) == 40
     # the probes passed: the fault is invisible to them
     assert bad.metrics["probe"]["task_accuracy"] == bad.metrics["probe"]["task_accuracy_baseline"]
 
 
 def test_lm_eval_ran_as_a_subprocess_with_its_files_in_the_sweep(sweep):
     logs = sorted((sweep["dir"] / "lm_eval").glob("*/lm_eval.log"))
-    assert len(logs) == 3
+    assert len(logs) >= 4  # the three trials (the bias trial's relaunch rewrote its own) and the baseline's relaunches
     assert any(logs[0].parent.rglob("samples_bakeoff_addition_*.jsonl"))
 
 

@@ -725,3 +725,57 @@ def test_an_end_token_suppressed_by_ignore_eos_is_not_a_greedy_violation():
     assert not [f for f in probes.detect(reply("<|im_end|>"), ignore_eos=True) if f.startswith("not_greedy")]
     assert [f for f in probes.detect(reply(""), ignore_eos=False) if f.startswith("not_greedy")]
     assert [f for f in probes.detect(reply(" dog"), ignore_eos=True) if f.startswith("not_greedy")]
+
+
+def test_the_gate_takes_only_the_baselines_stable_answers_as_its_reference():
+    """The H200 false alarm, in its numbers: an identical launch lost 7 of the baseline's 38/80
+    and gained none (exact McNemar p = 0.0078 < 0.01: ``wrong``), while identical launches of the
+    baseline differed in 19–36 of the 80 answers. With one relaunch of the baseline that answered
+    19 items otherwise (those 7 among them), those items are launch noise, not a reference: the
+    same launch passes. A real fault that loses 20 items, half of them stable, still fails."""
+    cfg = spec.Probes(gate_items=80, concurrency=1, min_gate_accuracy=0.0)
+    items = probes.gate_items(80)
+    answer = lambda p: words(str(eval(re.search(r"What is (\d+ \+ \d+)", p.text).group(1)))  # noqa: E731,S307
+                             if p.id.startswith("gate:add") else re.sub(r"\\", "", p.answer))
+    said = lambda right: {p.id: answer(p) if i in right else words("I do not know .") for i, p in enumerate(items)}  # noqa: E731
+    base = collected(good(), gate=said(set(range(38))))
+    relaunch = {p.id: (i < 38) != (i < 10 or 40 <= i < 49) for i, p in enumerate(items)}  # 19 items answered otherwise
+    noisy = collected(good(), gate=said(set(range(7, 38))))
+    out = judge(noisy, cfg, base)
+    assert (out.detector, out.values["gate_lost"], out.values["gate_gained"], round(out.values["gate_p"], 4)) == \
+        ("task_gate", 7, 0, 0.0078)  # the single launch as fixed truth: the false alarm
+    base["launch_answers"] = [{"gate": relaunch}]
+    out = judge(noisy, cfg, base)
+    assert out.passed, out.detail
+    assert (out.values["gate_baseline_launches"], out.values["gate_unstable_on_baseline"], out.values["gate_lost"]) == (2, 19, 0)
+    broken = judge(collected(good(), gate=said(set(range(20, 38)))), cfg, base)
+    assert (broken.detector, broken.values["gate_lost"], broken.values["gate_gained"]) == ("task_gate", 10, 0), broken.detail
+
+
+def test_launch_answers_are_what_a_relaunch_stores():
+    cfg = spec.Probes(gate_items=20, concurrency=1)
+    items = probes.gate_items(20)
+    got = probes.launch_answers(collected(good(), gate={p.id: words("I do not know .") for p in items}), cfg)
+    assert got == {"gate": {p.id: False for p in items}}
+    assert probes.unstable_items({"a": True, "b": False}, [{"a": True, "b": True}, {"a": True}]) == {"b"}
+
+
+def test_multi_turn_chats_with_a_system_prompt_are_in_the_default_set():
+    """vLLM #38652: an FP8 KV cache garbled only multi-turn chats with a system prompt. The
+    default set asks two; each request carries the system message and the earlier turns."""
+    full, _ = probes.load_prompt_set("default")
+    chats = [p for p in full if p.chat]
+    assert [p.id for p in chats] == ["chat_capital", "chat_pirate"] and all(p.answer for p in chats)
+    assert probes.messages(chats[0]) == [
+        {"role": "system", "content": "You are a geography assistant. Answer in one word."},
+        {"role": "user", "content": "What is the capital of Italy?"}, {"role": "assistant", "content": "Rome."},
+        {"role": "user", "content": "And the capital of France?"}]
+    assert probes.messages(chats[0], "pad. And?")[-1] == {"role": "user", "content": "pad. And?"}
+    assert probes.messages(probes.Prompt("x", "hi")) == [{"role": "user", "content": "hi"}]
+
+
+def test_a_chat_whose_turns_do_not_pair_is_a_spec_error(tmp_path):
+    f = tmp_path / "p.toml"
+    f.write_text('[[prompt]]\nid = "c"\ntext = "and?"\nturns = ["only the user"]\n')
+    with pytest.raises(probes.ProbeSetError, match=r"prompt 'c': `turns` must be pairs of non-empty strings"):
+        probes.load_prompt_set(str(f))

@@ -126,3 +126,20 @@ def test_thinking_off_reaches_the_template_and_the_parser(thinking_off):
     assert "Thinking off: every probe and benchmark request sent chat_template_kwargs.enable_thinking = false; " \
            "no probe reply carried reasoning_content" in thinking_off["report"]
     assert thinking_off["took"] < 90, thinking_off["took"]
+
+
+def test_the_same_real_replies_without_thinking_on_are_answers_clients_never_see(thinking_on, real_llamacpp):
+    """The thinking = "on" sweep's real stored replies (llama-server put every answer in
+    reasoning_content, content empty), judged as if the spec had not said the deployment thinks:
+    an OpenAI client reading ``content`` got "" — ``answer_in_reasoning``, for the baseline too."""
+    from bakeoff.judge.probes import judge, results_from_json
+
+    cfg = specmod.parse(spec_data(real_llamacpp, "on")).probes
+    for t in thinking_on["trials"]:
+        collected = results_from_json(thinking_on["artifacts"][t.key], str(PROBES))
+        assert judge(collected, cfg, None, role="baseline").passed  # as stored: thinking on
+        for mode in ("auto", "off"):
+            collected["info"]["thinking"]["mode"] = mode
+            out = judge(collected, cfg, None, role="baseline")
+            assert (out.passed, out.detector) == (False, "answer_in_reasoning"), out.detail
+            assert "a client reading content gets \"\"" in out.detail and "reasoning_content" in out.evidence[0]

@@ -11,6 +11,10 @@ Resume: a trial whose identity (model, args, env, engine version, probe and benc
 matches the spec's is kept; a stale one is neither ranked nor reused. A trial left "running"
 by a killed bakeoff has its server stopped and runs again. Ctrl-C: see ``StopFlag``. One bad
 configuration never stops the sweep; only bakeoff's own bugs propagate.
+
+No verdict without its baseline: a trial dispatched while the baseline had not passed is judged
+against it once it passes (``judge.rejudge``). A trial that failed only a statistical gate is
+launched again before it is called wrong (``judge.confirm``: ``wrong`` again, or ``unstable``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Callable
 
 from bakeoff import decide
 from bakeoff.judge import lmeval
+from bakeoff.judge import confirm
 from bakeoff.plan import Planned, make_plan, planned
 from bakeoff.plan.base import make_strategy
 from bakeoff.plan.prune import Gate
@@ -292,6 +297,8 @@ class Sweep:
     gave_up: dict[str, dict] = field(default_factory=dict)  # key -> config: the host failed under it this run
     relaunch: Callable[[], dict | None] = lambda: None  # one more launch of the baseline (measure.remeasure)
     race_launch: Callable[[TrialRecord, int], dict | None] = lambda rec, n: None  # one launch in the race (launch_again)
+    unbased: set[str] = field(default_factory=set)  # keys dispatched while the baseline had not passed
+    confirming: dict[str, dict] = field(default_factory=dict)  # key -> its first launch: a relaunch confirms it
 
     def current(self) -> list[TrialRecord]:
         """This spec's trials (stale ones from an edited spec left out), in order."""
@@ -306,6 +313,7 @@ def _loop(sw: Sweep) -> str:
     the budget is spent; returns why it stopped (also stored as the sweep's stop reason)."""
     for p in make_plan(sw.spec):  # what is known in advance is listed (and counted) from the start
         _trial(sw, p.config)
+    _rejudge(sw)  # a resume after the baseline passed: trials judged while it had not
     for rec in sw.current():
         sw.gate.learn(rec)
     strategy = make_strategy(sw.spec)
@@ -328,10 +336,24 @@ def _loop(sw: Sweep) -> str:
             break
         for rec in sw.executor.wait():
             running.pop(rec.key, None)
+            if rec.key in sw.confirming:  # the relaunch of a statistical gate's failure: judged over both launches
+                rec = confirm.confirmed(rec, sw.confirming.pop(rec.key))
+            elif confirm.needs_confirming(rec) and not sw.stopped():
+                sw.events.note(f"trial {rec.idx} failed only a statistical gate ({rec.cause}): launching it again to "
+                               "confirm (a launch's own nondeterminism can fail a paired test)")
+                sw.store.save(rec)  # finished meanwhile: the baseline's relaunch counts it as a launched change
+                _baseline_answers_again(sw, running)
+                sw.store.save(confirm.to_confirm(rec))
+                _dispatch(sw, rec.config, running)
+                continue
             host_failures = host_failures + 1 if rec.verdict == "infra_error" else 0
             if rec.verdict == "infra_error":  # retried by the next `bakeoff run`, not by this one
                 sw.gave_up[rec.key] = rec.config
+            if rec.key in sw.unbased and rec.is_finished():  # judged by the absolute checks only
+                rec = rec.with_(metrics={**rec.metrics, "without_baseline": True})
             sw.store.save(rec)
+            if rec.is_baseline:
+                _rejudge(sw)
             sw.gate.learn(rec)
             decide.save(sw.store)
             sw.events.trial_end(sw.store.get(rec.key))
@@ -342,6 +364,17 @@ def _loop(sw: Sweep) -> str:
     sw.store.set_meta("stop_reason", {"done": strategy.why_done or "done",
                                       "budget": "the search budget ran out (plan.max_trials / plan.max_hours)"}.get(why, why))
     return why
+
+
+def _baseline_answers_again(sw: Sweep, running: dict[str, Planned]) -> None:
+    """Before a statistical gate's failure is confirmed: when no relaunch of the baseline has
+    recorded its answers yet, launch it once more (one at a time, as its other relaunches), so
+    that the confirming judgement pairs only the items the baseline answers alike on two launches."""
+    if running or sw.executor.capacity() != 1 or any(r.get("answers") for r in decide.baseline_runs(sw.store)):
+        return
+    sw.events.note("launching the baseline again: which of its answers are stable from launch to launch")
+    if sw.relaunch() is not None:
+        decide.save(sw.store)
 
 
 def _relaunch_baseline(sw: Sweep, at_end: bool) -> None:
@@ -481,8 +514,24 @@ def _dispatch(sw: Sweep, cfg: dict, running: dict[str, Planned]) -> None:
     if sw.spec.server.port:
         confirm_port_free(sw.host, sw.spec.server.port, sw.events)
     running[rec.key] = p
+    if rec.metrics.get("first_launch"):  # a relaunch to confirm (judge.confirm), also after a resume
+        sw.confirming[rec.key] = rec.metrics["first_launch"]
     base = _trial(sw, sw.spec.baseline_config())
-    sw.executor.submit(Job(p, rec, _baseline_probes(sw.store, base, p)))
+    reference = _baseline_probes(sw.store, base, p)
+    if p.changed and reference is None:
+        sw.unbased.add(rec.key)
+    sw.executor.submit(Job(p, rec, reference))
+
+
+def _rejudge(sw: Sweep) -> None:
+    """Once the baseline passed: every trial judged while it had not is judged against it
+    (``judge.rejudge``): from its stored answers, or run again."""
+    from bakeoff.judge.rejudge import rejudge_all
+
+    engine = get_engine(sw.spec.engine, **sw.spec.engine_options)
+    if rejudge_all(sw.store, sw.spec, expect_logprobs=engine.supports_logprobs, ignore_eos=engine.supports_ignore_eos,
+                   note=sw.events.note):
+        decide.save(sw.store)
 
 
 def _trial(sw: Sweep, cfg: dict) -> TrialRecord:
@@ -517,13 +566,17 @@ def _budget_left(sw: Sweep) -> int:
 
 
 def _baseline_probes(store: Store, base: TrialRecord, p: Planned) -> dict | None:
-    """The baseline's stored answers, when it passed correctness; the reference for ``p``."""
+    """The baseline's stored answers, when it passed correctness; the reference for ``p``. With
+    what its relaunches answered right (``launch_answers``): the paired tests use only the items
+    the baseline answered the same way on every launch (``judge.confirm``)."""
     if not p.changed:
         return None
     base = store.get(base.key)
     if base is None or base.metrics.get("judged", base.verdict) not in ("ok", "slow"):
         return None
-    return store.artifact(base.key, "probes")
+    art = store.artifact(base.key, "probes")
+    relaunched = [r["answers"] for r in decide.baseline_runs(store) if r.get("answers")]
+    return {**art, "launch_answers": relaunched} if art is not None and relaunched else art
 
 
 def dumps(obj) -> str:

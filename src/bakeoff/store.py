@@ -23,8 +23,8 @@ from bakeoff.redact import mask_argv, redact_env, redact_obj, redact_text
 
 SCHEMA_VERSION = 2  # 2: trials.identity (what the result depends on), meta 'decision'
 
-VERDICTS = ("ok", "slow", "wrong", "crashed", "skipped", "interrupted", "infra_error")
-FINISHED_VERDICTS = ("ok", "slow", "wrong", "crashed", "skipped")
+VERDICTS = ("ok", "slow", "wrong", "unstable", "crashed", "skipped", "interrupted", "infra_error")
+FINISHED_VERDICTS = ("ok", "slow", "wrong", "unstable", "crashed", "skipped")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

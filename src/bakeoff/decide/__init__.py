@@ -189,6 +189,9 @@ def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None
                               "a configuration that passes once and fails on a relaunch is not known-good.")
     if raced and (why := raced.failed(raced.base_key)):
         d.cautions.append(f"FLAKY BASELINE: launched again in the race it failed ({why}); the race stopped there.")
+    from bakeoff.judge.confirm import caution as unstable_caution
+
+    d.cautions += [unstable_caution(label(t), t) for t in final if t.verdict == "unstable"]
     for r in baseline_runs or []:
         if r and r.get("failed"):
             d.cautions.append(f"FLAKY BASELINE: launched again (launch {r.get('launch', '?')} of the sweep) it failed: "
@@ -389,6 +392,11 @@ def _final(t: TrialRecord, base: TrialRecord | None, base_obj: Objective | None,
             info["caution"] = (f"absolute checks only: the baseline is {judged(base) if base else 'missing'}, "
                                "so nothing known-good was there to compare with")
             detail = f"{info['caution']}; {detail or ''}".rstrip("; ")
+        elif _without_baseline(t):
+            metrics["unverified"] = True
+            info["caution"] = ("not compared with the baseline: it ran while the baseline had not passed, and its "
+                               "answers were not judged against the baseline's since; `bakeoff run` again re-judges it")
+            detail = f"{info['caution']}; {detail or ''}".rstrip("; ")
         obj = objective_of(t)
         if not (obj and base_obj):
             r = None
@@ -412,8 +420,20 @@ def _final(t: TrialRecord, base: TrialRecord | None, base_obj: Objective | None,
     return t.with_(verdict=verdict, detail=detail, metrics=metrics), info
 
 
+def _without_baseline(t: TrialRecord) -> bool:
+    """Judged while the baseline had not passed and not re-judged since (``judge.rejudge``)."""
+    from bakeoff.judge.rejudge import judged_without_baseline
+
+    return judged_without_baseline(t)
+
+
 def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None, base_obj: Objective | None) -> None:
     correct = [t for t in trials if t.verdict in CORRECT and objective_of(t)]
+    if d.baseline_ok and (unjudged := [t for t in correct if t.changed and _without_baseline(t)]):
+        d.cautions.append(f"NOT COMPARED WITH THE BASELINE: {', '.join(label(t) for t in unjudged)} ran while the baseline "
+                          "had not passed and were judged by the absolute checks only: never recommended; "
+                          "`bakeoff run` again re-judges them against the baseline")
+        correct = [t for t in correct if t not in unjudged]
     if not correct:
         d.headline = "No configuration passed correctness: nothing to recommend."
         if base is not None and not d.baseline_ok:

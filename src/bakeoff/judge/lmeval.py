@@ -199,7 +199,9 @@ def check(mine: dict, base: dict | None, cfg: LmEval, values: dict):
     """Accuracy per task with its Wilson interval (and the baseline's, on the same documents)
     into ``values["lm_eval"]``; a trial worse than the baseline by the exact one-sided McNemar
     test over every task's documents (p < ``alpha``) fails as ``lm_eval_task``, with the lost
-    documents as evidence. Returns (mode, detector, detail, evidence) or None."""
+    documents as evidence. Documents the baseline answered otherwise on one of its relaunches
+    (``base["unstable_docs"]``, from ``probes._check_lm_eval``) are launch noise, not a
+    reference: left out of the pairs. Returns (mode, detector, detail, evidence) or None."""
     from bakeoff.judge.probes import mcnemar_worse, wilson
 
     report: dict = {"metric": mine.get("metric"), "tasks": {}}
@@ -211,7 +213,10 @@ def check(mine: dict, base: dict | None, cfg: LmEval, values: dict):
         row = {"filter": got["filter"], "accuracy": f"{k}/{len(docs)}", "ci95": list(wilson(k, len(docs)))}
         theirs = ((base or {}).get("tasks") or {}).get(task)
         if theirs is not None:
-            same = [d for d in docs if d in theirs["docs"]]
+            shaky = set(((base or {}).get("unstable_docs") or {}).get(task) or ())  # the baseline's own launches disagree
+            same = [d for d in docs if d in theirs["docs"] and d not in shaky]
+            if shaky:
+                row["unstable_on_baseline"] = len(shaky)
             b = [theirs["docs"][d][0] for d in same]
             t = [docs[d][0] for d in same]
             lost, gained, _ = mcnemar_worse(b, t)

@@ -21,8 +21,10 @@ per divergence) and judges the continuation the same way, so a reply that flips 
 and then degrades fails. A reply that stops early (EOS where the baseline's own token was far
 more likely than any alternative) or is truncated is not "a prefix": it is an ``early_stop``.
 
-Reasoning models (``[server] thinking``): a reply's answer is its content; a reply with no
-content (a parser that never saw the thought end) is judged on its ``reasoning_content``. The
+Reasoning models (``[server] thinking``): a reply's answer is its content. A reply with no
+content (a parser that never saw the thought end) is ``answer_in_reasoning`` (clients read
+``content`` and got "") unless the spec says the deployment thinks (``thinking = "on"``); then
+it is judged on its ``reasoning_content``. The
 detectors read the thought too and the differential compares every generated token, thought
 included. A reply cut by ``max_tokens`` while still thinking is *unanswered* (``unanswered``),
 not wrong: its task is not scored, and a set with nothing answered is ``thinking_cut``.
@@ -33,7 +35,11 @@ q8_0 + flash attention; threads and batch sizes not finished in time):
   * ``max_tie_gap`` 2.5 nats: the largest healthy gap at a divergence was 0.20 on CPU (flash attention), 1.60 under CUDA batching (H200);
     broken models diverge at inf (token outside the top-k) or stop ≥ 2 nats from EOS.
   * ``min_agreement`` 0.6 (whole answers, teacher-forced): healthy means 0.87–1.00.
-  * ``gate_alpha`` 0.01 (one-sided exact McNemar): healthy runs lost ≤ 2 of 80 items (p ≥ 0.5).
+  * ``gate_alpha`` 0.01 (one-sided exact McNemar): healthy runs lost ≤ 2 of 80 items (p ≥ 0.5) on
+    CPU; on an H200 (CUDA, ``--parallel 8``) identical launches differed in 19–36 of 80 and one
+    lost 7, gained 0 (p = 0.0078): the test pairs only items the baseline answers alike on each
+    of its launches (``unstable_items``), and a gate-only failure is confirmed on a relaunch
+    (``bakeoff.judge.confirm``) before it is called wrong.
   * ``GREEDY_SLACK`` 0.05 nats: every healthy greedy choice was its own top entry.
   * floors: tasks 60 % (SmolLM2: 100 %), gate 15 % (SmolLM2: 46–49 %), needles 1 (SmolLM2: 1–3 of 4).
 """
@@ -59,10 +65,28 @@ from bakeoff.spec import Bench, Probes
 
 @dataclass(frozen=True)
 class Prompt:
+    """One probe. ``text`` is the last user message; ``system`` and ``turns`` (earlier user and
+    assistant messages, alternating, the user first) make it a multi-turn chat with a system
+    prompt — where some faults show only (vLLM #38652: an FP8 KV cache garbled exactly those)."""
+
     id: str
     text: str
     answer: str | None = None
     json: bool = False
+    system: str | None = None
+    turns: tuple[str, ...] = ()
+
+    @property
+    def chat(self) -> bool:
+        return bool(self.system or self.turns)
+
+
+def messages(p: Prompt, text: str | None = None) -> list[dict]:
+    """The chat messages of ``p``: its system prompt, its earlier turns, then ``text`` (its own
+    text by default; the benchmark-shaped mode puts padding before it) as the last user message."""
+    out = [{"role": "system", "content": p.system}] if p.system else []
+    out += [{"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(p.turns)]
+    return [*out, {"role": "user", "content": p.text if text is None else text}]
 
 
 class ProbeSetError(ValueError):
@@ -107,9 +131,13 @@ def load_prompt_set(name: str, _seen: tuple[str, ...] = ()) -> tuple[list[Prompt
     elif "only" in data:
         raise ProbeSetError(f"probe set {name!r}: `only` needs `include` (the set it picks from)")
     try:
-        prompts = prompts + [Prompt(**p) for p in data.get("prompt", [])]
+        prompts = prompts + [Prompt(**{**p, "turns": tuple(p.get("turns", ()))}) for p in data.get("prompt", [])]
     except TypeError as err:
         raise ProbeSetError(f"probe set {name!r}: a [[prompt]] entry is malformed: {err}") from None
+    for p in prompts:
+        if len(p.turns) % 2 or not all(isinstance(t, str) and t for t in p.turns):
+            raise ProbeSetError(f"probe set {name!r}: prompt {p.id!r}: `turns` must be pairs of non-empty strings "
+                                f"(user, assistant, ...) before `text`; got {len(p.turns)} entries")
     if not prompts:
         raise ProbeSetError(f"probe set {name!r} resolves to no prompts")
     for p in prompts:
@@ -667,17 +695,23 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
     url = base_url + "/v1/chat/completions"
     top = cfg.top_logprobs if expect_logprobs else -1
 
-    def body(text: str, max_tokens: int | None = None) -> dict:
-        return chat_body([{"role": "user", "content": text}], max_tokens=(max_tokens or cfg.max_tokens) + thinking_room,
+    def body(text: "str | list[dict]", max_tokens: int | None = None) -> dict:
+        msgs = text if isinstance(text, list) else [{"role": "user", "content": text}]
+        return chat_body(msgs, max_tokens=(max_tokens or cfg.max_tokens) + thinking_room,
                          top_logprobs=top, model=model, thinking=thinking)
 
     out: dict[str, dict[str, Result]] = {"single": {}, "long": {}, "concurrent": {}}
     info: dict = {"thinking": {"mode": thinking, "room": thinking_room}}
-    texts: dict[str, dict[str, str]] = {"single": {p.id: p.text for p in prompts}}
+    # a multi-turn chat's prompt is not one user text: no teacher forcing for it (checks_not_run)
+    texts: dict[str, dict[str, str]] = {"single": {p.id: p.text for p in prompts if not p.chat}}
+    if any(p.chat for p in prompts) and baseline is not None and expect_logprobs:
+        info.setdefault("checks_not_run", []).append(
+            "teacher-forced continuation of the multi-turn chats (" + ", ".join(p.id for p in prompts if p.chat)
+            + "): compared up to their first divergence")
     collected = {"prompts": prompts, "long": long_cfg, "results": out, "info": info, "texts": texts}
     async with new_session(timeout_s=timeout_s) as session:
         for p in prompts:
-            out["single"][p.id] = await stream_request(session, url, body(p.text))
+            out["single"][p.id] = await stream_request(session, url, body(messages(p)))
         if _unexcusable(out["single"], expect_logprobs):
             return collected  # e.g. NaN: judged already
         if long_cfg:
@@ -687,7 +721,7 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
             if _unexcusable(out["long"], expect_logprobs):
                 return collected
         if cfg.concurrency:
-            jobs = [(f"{p.id}#{i}", p.text) for i in range(cfg.concurrency) for p in prompts]
+            jobs = [(f"{p.id}#{i}", messages(p)) for i in range(cfg.concurrency) for p in prompts]
             results = await asyncio.gather(*(stream_request(session, url, body(t)) for _, t in jobs))
             out["concurrent"] = dict(zip((j for j, _ in jobs), results))
             if _unexcusable(out["concurrent"], expect_logprobs):
@@ -695,10 +729,10 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
         mode = bench_mode(bench) if cfg.load_probe else None
         if mode:
             pad = await _pad_text(session, base_url, bench.input_tokens)
-            jobs = [(f"{p.id}#{i}", pad + p.text) for i, p in zip(range(max(bench.concurrency)), _cycle(prompts))]
-            results = await asyncio.gather(*(stream_request(session, url, body(t)) for _, t in jobs))
+            jobs = [(f"{p.id}#{i}", p) for i, p in zip(range(max(bench.concurrency)), _cycle(prompts))]
+            results = await asyncio.gather(*(stream_request(session, url, body(messages(p, pad + p.text))) for _, p in jobs))
             out[mode] = dict(zip((j for j, _ in jobs), results))
-            texts[mode] = dict(jobs)
+            texts[mode] = {j: pad + p.text for j, p in jobs if not p.chat}
             info["bench_prompt"] = {"concurrency": len(jobs), "padding_tokens": bench.input_tokens}
             if _unexcusable(out[mode], expect_logprobs):
                 return collected
@@ -874,11 +908,14 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
     ``baseline_below_floor`` (nothing known-good exists). The checks, in order; the first
     failure decides and ``values`` holds everything measured up to there:
       1. absolute detectors in every mode, zero tolerance (a model behaviour such as looping is
-         excused only where the baseline shows it on the same prompt);
+         excused only where the baseline shows it on the same prompt); then ``answer_in_reasoning``
+         (``_check_content``): a finished reply whose content is empty and whose answer is only in
+         ``reasoning_content``, unless the spec says the deployment thinks (``thinking = "on"``);
       2. absolute floors (``absolute_floors``), for every trial;
       3. the whole-answer differential vs the baseline in single, long and bench modes;
       4. tasks and needles the baseline got right, lost by a divergence that is not a near-tie;
-      5. the task gate: paired exact McNemar test vs the baseline;
+      5. the task gate: paired exact McNemar test vs the baseline, over the items the baseline
+         answered alike on each of its launches (``launch_answers``);
       6. concurrent copies vs this server's single answers, zero tolerance;
       7. the lm-evaluation-harness gate, when it ran (``bakeoff.judge.lmeval``): the same test
          on the documents of its tasks.
@@ -906,8 +943,8 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
     def fail(mode: str, detector: str, detail: str, evidence: list[str]) -> ProbeOutcome:
         return ProbeOutcome(False, mode, detector, detail, values, evidence=evidence, checks_not_run=not_run)
 
-    for check in (_check_detectors, _check_floors, _check_differential, _check_tasks, _check_gate, _check_concurrent,
-                  _check_lm_eval):
+    for check in (_check_detectors, _check_content, _check_floors, _check_differential, _check_tasks, _check_gate,
+                  _check_concurrent, _check_lm_eval):
         found = check(collected, cfg, baseline, values, expect_logprobs, role)
         if found:
             return fail(*found)
@@ -951,6 +988,32 @@ def _check_detectors(collected, cfg, baseline, values, expect_logprobs, role):
                 evidence += [f"also: {f}" for f in found[1:]]
                 return mode, _name(found[0]), f"{mode} / prompt {pid}: {found[0]}; text {r.text[:120]!r}", evidence
     return None
+
+
+def _check_content(collected, cfg, baseline, values, expect_logprobs, role):
+    """``answer_in_reasoning``: a reply that ended on its own (not cut by ``max_tokens``) with an
+    empty ``content`` and its answer only in ``reasoning_content``. Every OpenAI client reads
+    ``content``, so it got "" — whatever the thought says. Accepted only where the spec says the
+    deployment is meant to think (``[server] thinking = "on"``: the caller reads the reasoning
+    field); for the baseline too (no baseline can excuse what clients do not see)."""
+    mode_asked = ((collected.get("info") or {}).get("thinking") or {}).get("mode", "auto")
+    if mode_asked == "on":
+        return None
+    texts = _texts(collected["prompts"])
+    hidden = [(mode, pid, r) for mode, items in collected["results"].items() for pid, r in items.items()
+              if r.ok and r.from_reasoning and not r.cut_while_thinking]
+    if not hidden:
+        return None
+    mode, pid, r = hidden[0]
+    values["answers_only_in_reasoning"] = len(hidden)
+    evidence = [f"{m} / prompt {p}: content {''!r}, reasoning_content {x.reasoning[:100]!r} (finish_reason {x.finish_reason})"
+                for m, p, x in hidden[:4]]
+    evidence.append(f"prompt: {texts.get(pid.split('#')[0], '(generated prompt)')[:100]!r}")
+    return (mode, "answer_in_reasoning",
+            f"{len(hidden)} replies ended with an empty content and their answer only in reasoning_content "
+            f"(e.g. {mode} / prompt {pid}: {r.reasoning[:80]!r}); a client reading content gets \"\". "
+            f"server.thinking = {mode_asked!r}: set it to 'on' if the deployment is meant to answer in its reasoning, "
+            "else fix the reasoning parser / chat template", evidence)
 
 
 def _check_floors(collected, cfg, baseline, values, expect_logprobs, role):
@@ -1087,12 +1150,38 @@ def _check_tasks(collected, cfg, baseline, values, expect_logprobs, role):
     return None
 
 
+def launch_answers(collected: dict, cfg: Probes) -> dict:
+    """What one launch answered right: per task-gate item (answered ones) and per lm-eval
+    document. The baseline's relaunches store it, so that the paired tests use only what the
+    baseline answers the same way on every launch (``stable_only``)."""
+    gate = collected["results"].get("gate") or {}
+    out: dict = {"gate": {p.id: _task_right(p, gate) for p in gate_items(cfg.gate_items, cfg.gate_seed)
+                          if p.id in gate and p.id not in unanswered(gate)}}
+    if collected.get("lm_eval"):
+        out["lm_eval"] = {task: {d: bool(v[0]) for d, v in got["docs"].items()} for task, got in collected["lm_eval"]["tasks"].items()}
+    return out
+
+
+def unstable_items(first: dict[str, bool], launches: list[dict[str, bool]]) -> set[str]:
+    """Items some later launch of the baseline answered otherwise (right vs wrong) than ``first``."""
+    return {k for run in launches for k, v in run.items() if k in first and v != first[k]}
+
+
 def _check_gate(collected, cfg, baseline, values, expect_logprobs, role):
+    """The paired exact McNemar test of the task gate against the baseline, over the items both
+    answered and that the baseline answered the same way on each of its launches (its relaunches'
+    ``launch_answers``, when any were made before this judgement): an item the baseline itself
+    gets right on one launch and wrong on another is launch noise, not a reference."""
     gate, base_gate = collected["results"].get("gate") or {}, (baseline or {}).get("results", {}).get("gate") or {}
     if not gate or not base_gate:
         return None
     cut = unanswered(gate) | unanswered(base_gate)  # paired items both sides answered
     items = [p for p in gate_items(cfg.gate_items, cfg.gate_seed) if p.id in gate and p.id in base_gate and p.id not in cut]
+    runs = [a.get("gate") or {} for a in (baseline or {}).get("launch_answers") or []]
+    if runs:
+        shaky = unstable_items({p.id: _task_right(p, base_gate) for p in items}, runs)
+        items = [p for p in items if p.id not in shaky]
+        values.update(gate_baseline_launches=1 + len(runs), gate_unstable_on_baseline=len(shaky))
     b = [_task_right(p, base_gate) for p in items]
     t = [_task_right(p, gate) for p in items]
     lost, gained, p = mcnemar_worse(b, t)
@@ -1140,7 +1229,13 @@ def _check_lm_eval(collected, cfg, baseline, values, expect_logprobs, role):
         return None
     from bakeoff.judge import lmeval
 
-    return lmeval.check(collected["lm_eval"], (baseline or {}).get("lm_eval"), cfg.lm_eval, values)
+    base = (baseline or {}).get("lm_eval")
+    runs = [a["lm_eval"] for a in (baseline or {}).get("launch_answers") or [] if a.get("lm_eval")]
+    if base and runs:  # documents the baseline answered otherwise on a relaunch: not a reference
+        base = {**base, "unstable_docs": {task: sorted(unstable_items({d: bool(v[0]) for d, v in got["docs"].items()},
+                                                                      [r.get(task) or {} for r in runs]))
+                                          for task, got in (base.get("tasks") or {}).items()}}
+    return lmeval.check(collected["lm_eval"], base, cfg.lm_eval, values)
 
 
 def _name(finding: str) -> str:
@@ -1189,6 +1284,7 @@ def results_from_json(data: dict, prompt_set: str) -> dict:
         "info": data.get("info", {}),
         "bench": data.get("bench"),
         "lm_eval": data.get("lm_eval"),
+        "launch_answers": data.get("launch_answers") or [],
         "texts": data.get("texts") or {},
         "anchored": {m: {p: [(k, Result(**r)) for k, r in conts] for p, conts in items.items()}
                      for m, items in (data.get("anchored") or {}).items()},

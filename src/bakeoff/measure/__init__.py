@@ -75,5 +75,9 @@ def remeasure(spec, store, host, sweep_dir, model_path: str, *, progress=None, s
         out = {**meta, "failed": f"{again.verdict}: {again.detail}"}
     else:
         out = {**{k: v for k, v in again.metrics.items() if k != "probe"}, **meta}
+        if rec.artifacts.get("probes"):  # what this launch answered right: the gates use only stable answers
+            from bakeoff.judge import probes
+
+            out["answers"] = probes.launch_answers(probes.results_from_json(rec.artifacts["probes"], spec.probes.set), spec.probes)
     store.set_meta("baseline_runs", [*(store.meta("baseline_runs") or []), out])
     return out

@@ -19,7 +19,7 @@ from bakeoff.decide import CORRECT, label
 from bakeoff.spec import render as render_value
 from bakeoff.store import Store, TrialRecord
 
-COLOURS = {"ok": "#b7e4c7", "slow": "#ffe8a3", "wrong": "#ffb3b3", "crashed": "#f08080", "skipped": "#dddddd",
+COLOURS = {"ok": "#b7e4c7", "slow": "#ffe8a3", "wrong": "#ffb3b3", "unstable": "#ffc9a8", "crashed": "#f08080", "skipped": "#dddddd",
            "interrupted": "#e0c3f0", "infra_error": "#cbbef0", "pending": "#ffffff", "running": "#cfe8ff"}
 MAX_EVIDENCE = 12
 

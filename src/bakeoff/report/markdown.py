@@ -62,7 +62,7 @@ def render(store: Store, recommendation: bool = True) -> str:
             en = t.metrics["energy"]
             lines.append(f"| {t.idx} | {label(t)} | {_fmt(t.metrics.get('output_tok_s'))} | {_fmt(en.get('tok_per_j'), '.3f')} | "
                          f"{_fmt(en.get('power_w_mean'))} | {_fmt(en.get('power_w_peak'))} | {en.get('gpu_mem_peak_mib', '—')} |")
-    failed = [t for t in trials if t.verdict in ("crashed", "wrong", "infra_error")]
+    failed = [t for t in trials if t.verdict in ("crashed", "wrong", "unstable", "infra_error")]
     if failed:
         lines += ["", "## Failures and their evidence", ""]
         for t in failed:

@@ -20,7 +20,7 @@ from rich.text import Text
 from bakeoff.decide import Decision
 from bakeoff.store import Store, TrialRecord
 
-VERDICT_STYLE = {"ok": "green", "slow": "yellow", "wrong": "red", "crashed": "red", "skipped": "dim",
+VERDICT_STYLE = {"ok": "green", "slow": "yellow", "wrong": "red", "unstable": "red", "crashed": "red", "skipped": "dim",
                  "interrupted": "magenta", "infra_error": "magenta"}
 TAIL_BYTES = 64 * 1024
 
