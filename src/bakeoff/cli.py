@@ -86,7 +86,7 @@ def run(
         _fail(err)
     out.print(report_path.read_text(), markup=False, highlight=False, soft_wrap=True)
     console.print(f"report: {report_path}")
-    for line in decision_lines(out_dir):  # the last lines: the stored decision, word for word
+    for line in decision_lines(out_dir) + weaker_lines(out_dir):  # the last lines: the stored decision, word for word
         out.print(line, markup=False, highlight=False, soft_wrap=True)
     _fail_on_host_errors(out_dir)
 
@@ -99,6 +99,21 @@ def decision_lines(sweep_dir: Path) -> list[str]:
     try:
         with open_readonly(sweep_dir) as store:
             return decide.load(store).summary_lines()
+    except BakeoffError:
+        return []
+
+
+def weaker_lines(sweep_dir: Path) -> list[str]:
+    """Each recommended trial whose verdict lacked a check, and which (bakeoff.report.checks)."""
+    from bakeoff import decide
+    from bakeoff.report.checks import recommended_lines
+    from bakeoff.store import open_readonly
+
+    try:
+        with open_readonly(sweep_dir) as store:
+            d = decide.load(store)
+            keys = [p.key for p in ([d.winner] if d.winner else []) + list(d.fallbacks)]
+            return [f"Weaker check: {line}" for line in recommended_lines(store.current(), keys)]
     except BakeoffError:
         return []
 

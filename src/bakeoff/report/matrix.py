@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from bakeoff.errors import SpecError
 from bakeoff.spec import Spec, render
 from bakeoff import decide
+from bakeoff.report import checks
 from bakeoff.store import Store, TrialRecord
 
 FORMAT = "bakeoff-compat-matrix"
@@ -42,6 +43,7 @@ class ValueResult(_Strict):
     hard: bool = False
     trial: int
     output_tok_s: float | None = None
+    checks_not_run: list[str] = []  # the checks the verdict was reached without (bakeoff.report.checks)
 
 
 class AxisEntry(_Strict):
@@ -60,6 +62,7 @@ class ConfigEntry(_Strict):
     detail: str | None = None
     hard: bool = False
     output_tok_s: float | None = None
+    checks_not_run: list[str] = []
 
 
 class MatrixFile(_Strict):
@@ -108,7 +111,7 @@ def export_matrix(store: Store) -> dict:
         axes[name] = entry
     configs = [{"key": t.key, "config": {k: render(v) for k, v in t.config.items()}, "changed": list(t.changed),
                 "verdict": t.verdict, "cause": t.cause, "detail": t.detail, "hard": bool(t.metrics.get("hard")),
-                "output_tok_s": t.metrics.get("output_tok_s")} for t in trials]
+                "output_tok_s": t.metrics.get("output_tok_s"), "checks_not_run": checks.not_run(t)} for t in trials]
     model = spec.get("model") or {}
     return {"format": FORMAT, "version": VERSION, "sweep": sweep.get("name", "?"), "engine": spec.get("engine", "?"),
             "engine_version": fp.get("engine_version"), "model": model.get("name") or model.get("path"),
@@ -118,7 +121,7 @@ def export_matrix(store: Store) -> dict:
 
 def _result(t: TrialRecord) -> dict:
     return {"verdict": t.verdict, "cause": t.cause, "detail": t.detail, "hard": bool(t.metrics.get("hard")),
-            "trial": t.idx, "output_tok_s": t.metrics.get("output_tok_s")}
+            "trial": t.idx, "output_tok_s": t.metrics.get("output_tok_s"), "checks_not_run": checks.not_run(t)}
 
 
 def write_matrix(store: Store, path: str | os.PathLike) -> Path:

@@ -56,6 +56,9 @@ class Engine:
     # How the OpenAI-compatible API of this engine spells generation extras.
     supports_logprobs: ClassVar[bool] = True
     supports_ignore_eos: ClassVar[bool] = False
+    # How the teacher-forcing probe gets the chat-templated prompt: a key of
+    # bakeoff.judge.probes.PROMPT_RECIPES, or None (no way: the chat API's continue_final_message)
+    templated_prompt: ClassVar[str | None] = None
     # log lines that mean "ready" even if the health endpoint is slow to say so
     ready_pattern: ClassVar[str | None] = None
 

@@ -23,6 +23,7 @@ class LlamaCpp(Engine):
     kind = "llamacpp"
     health_paths = ("/health", "/v1/models")
     supports_ignore_eos = True
+    templated_prompt = "apply-template"  # teacher forcing: POST /apply-template
     ready_pattern = r"listening on http"
     phases = (
         Phase("load_weights", r"load_model: loading model|llama_model_loader: loaded meta data"),
