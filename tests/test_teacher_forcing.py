@@ -266,3 +266,34 @@ def test_checks_not_run_counted_per_kind_and_the_baselines_own_note_left_out():
     base = _trial(0, "k0", ["differential (this is the baseline: judged by the detectors and the absolute floors)"])
     assert checks.weaker_line(base) is None
     assert checks.recommended_lines([base, t], ["k1", "k0"]) == [f"trial 1: {checks.weaker_line(t)}"]
+
+
+def test_every_output_says_the_weaker_check(tmp_path):
+    """Markdown (the trial's row, a Checks-not-run section, under the recommendation), HTML, the
+    JSON export and the CLI's last lines: before, ``checks_not_run`` was stored and printed nowhere."""
+    from bakeoff import decide
+    from bakeoff.report import html, markdown, matrix
+    from bakeoff.store import Store
+
+    why = "teacher-forced continuation of single/story (the engine gives no templated prompt; the chat API did not " \
+          "continue a final assistant message (continue_final_message))"
+    base = _trial(0, "k0", ["differential (this is the baseline: judged by the detectors and the absolute floors)"])
+    weak = _trial(1, "k1", [why])
+    with Store(tmp_path) as store:
+        store.init_sweep("s", {"engine": "generic", "axes": [{"name": "a", "flag": "--a", "values": [0, 1]}]}, {"hash": "h"})
+        store.save(base)
+        store.save(weak)
+        md = markdown.render(store)
+        page = html.render_html(store)
+        exported = matrix.export_matrix(store)
+    assert "| 1 | a=1 | **ok** | weaker check (see Checks not run) |" in md
+    assert "## Checks not run" in md and "- trial 1 (a=1, ok): teacher-forced continuation on 1 reply (the engine" in md
+    assert "| 0 | baseline | **ok** |  |" in md  # the baseline's own note is no weakness
+    assert '<span class="weaker">weaker check</span>' in page and "weaker check, not run: teacher-forced" in page
+    assert [c["checks_not_run"] for c in exported["configs"]] == [[], checks.not_run(weak)]
+    matrix.MatrixFile.model_validate(exported)  # the export still reads back
+    pick = decide.Pick(key="k1", idx=1, label="a=1", command="srv --a 1", verdict="ok", value=1.0, vs_baseline=None,
+                       sentence="s")
+    d = decide.Decision(winner=pick)
+    assert markdown._weaker_recommended([base, weak], d) == ["", f"**Weaker check:** trial 1: {checks.weaker_line(weak)}"]
+    assert "Weaker check:</b> trial 1: weaker check, not run" in html.weaker_recommended([base, weak], d)

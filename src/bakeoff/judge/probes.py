@@ -940,6 +940,8 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
     info = collected.get("info") or {}
     if info.get("long_context"):
         values["long_context"] = info["long_context"]
+    if info.get("teacher_forcing"):  # how many continuations each way was used for (_teacher_force)
+        values["teacher_forcing"] = info["teacher_forcing"]
     not_run = list(dict.fromkeys(info.get("checks_not_run", [])))
     if thought := thinking_values(collected):
         values["thinking"] = thought
