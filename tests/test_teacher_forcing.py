@@ -107,7 +107,7 @@ PROMPT = "Write one sentence about the sea."
 async def _ask(url: str) -> Result:
     async with new_session(timeout_s=120) as s:
         return await stream_request(s, url + "/v1/chat/completions",
-                                    chat_body([{"role": "user", "content": PROMPT}], max_tokens=24, top_logprobs=5))
+                                    chat_body([{"role": "user", "content": PROMPT}], max_tokens=16, top_logprobs=5))
 
 
 def _flip_at(b: Result) -> tuple[int, Result]:
@@ -131,7 +131,7 @@ def _collected(r: Result) -> dict:
             "texts": {"single": {"sea": PROMPT}}, "info": {}}
 
 
-CFG = spec.Probes(max_tokens=24, concurrency=0, gate_items=0, max_reanchors=1)
+CFG = spec.Probes(max_tokens=16, concurrency=0, gate_items=0, max_reanchors=1)
 
 
 def test_chat_fallback_teacher_forces_on_the_real_llama_server(llama_server):
@@ -143,10 +143,10 @@ def test_chat_fallback_teacher_forces_on_the_real_llama_server(llama_server):
     n, tri = _flip_at(b)
     base = _collected(b)
 
-    async def force(baseline: dict) -> tuple[dict, dict]:
+    async def force(baseline: dict, recipe: str | None = None) -> tuple[dict, dict]:
         got = _collected(tri)
         async with new_session(timeout_s=120) as s:
-            got["anchored"] = await probes._teacher_force(s, llama_server, None, CFG, got, baseline, got["info"], None)
+            got["anchored"] = await probes._teacher_force(s, llama_server, None, CFG, got, baseline, got["info"], recipe)
         return got, got["info"]
 
     got, info = asyncio.run(force(base))
@@ -154,6 +154,11 @@ def test_chat_fallback_teacher_forces_on_the_real_llama_server(llama_server):
     assert k == n + 1 and cont.tokens and info["teacher_forcing"] == {"chat continue_final_message": 1}, info
     healthy = judge(got, CFG, base)
     assert healthy.passed and healthy.values["reanchored"] == 1, healthy.detail
+    # llama.cpp's own recipe (/apply-template, then /v1/completions) continues the same way
+    got, info = asyncio.run(force(base, "apply-template"))
+    (k2, cont2), = got["anchored"]["single"]["sea"]
+    assert info["teacher_forcing"] == {"apply-template": 1} and [t["token"] for t in cont2.tokens][:3] == \
+        [t["token"] for t in cont.tokens][:3], (cont.text, cont2.text)
     # the baseline went on with other words after the forced tokens: the continuation must not match
     other = copy.deepcopy(b)
     for t in other.tokens[n + 1:]:
