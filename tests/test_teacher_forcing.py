@@ -302,3 +302,69 @@ def test_every_output_says_the_weaker_check(tmp_path):
     d = decide.Decision(winner=pick)
     assert markdown._weaker_recommended([base, weak], d) == ["", f"**Weaker check:** trial 1: {checks.weaker_line(weak)}"]
     assert "Weaker check:</b> trial 1: weaker check, not run" in html.weaker_recommended([base, weak], d)
+
+
+def test_sglang_recipe_gets_prompt_ids_and_forces_token_ids():
+    """SGLang cannot run here: a STUB speaking the shapes of SGLang's protocol.py (main, 2026):
+    a non-streaming chat request with ``return_prompt_token_ids`` answers the templated ids in
+    ``choices[0].prompt_token_ids`` (streaming refuses the field: serving_chat.py); ``/tokenize``
+    answers ``tokens``; ``/v1/completions`` takes a token-id prompt and streams ``LogProbs``
+    (parallel lists, ``top_logprobs`` one dict per token). The trial's forced prompt must be the
+    template's ids, then the baseline's forced text in ids, and its continuation judged."""
+    from aiohttp import web
+
+    seen: list[tuple[str, dict]] = []
+
+    async def handler(request):
+        body = await request.json()
+        seen.append((request.path, body))
+        if request.path == "/v1/chat/completions":
+            assert body["return_prompt_token_ids"] is True and body["stream"] is False
+            return web.json_response({"choices": [{"index": 0, "message": {"role": "assistant", "content": "x"},
+                                                   "prompt_token_ids": [1, 2, 3]}]})
+        if request.path == "/tokenize":
+            return web.json_response({"tokens": [10 + i for i, _ in enumerate(body["prompt"].split(" "))], "count": 0})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for w in (" and", " blue"):
+            lp = {"tokens": [w], "token_logprobs": [-0.1], "top_logprobs": [{w: -0.1, " x": -3.0}], "text_offset": [0]}
+            await resp.write(f'data: {json.dumps({"choices": [{"index": 0, "text": w, "logprobs": lp}]})}\n\n'.encode())
+        await resp.write(b'data: {"choices": [{"index": 0, "text": "", "finish_reason": "stop"}]}\n\ndata: [DONE]\n\n')
+        return resp
+
+    def tok(w: str, alt: str = " x", gap: float = 3.0) -> dict:
+        return {"token": w, "logprob": -0.1, "top_logprobs": [{"token": w, "logprob": -0.1}, {"token": alt, "logprob": -0.1 - gap}]}
+
+    b = Result(text="", tokens=[tok(w) for w in ("The", " sea", " is", " deep", " and", " blue")], logprobs_requested=True)
+    b.tokens[3] = tok(" deep", " dark", 0.2)
+    tri = copy.deepcopy(b)
+    tri.tokens[3] = tok(" dark", " deep", 0.2)
+
+    async def run() -> dict:
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = _free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            got = _collected(tri)
+            async with new_session(timeout_s=30) as s:
+                got["anchored"] = await probes._teacher_force(s, f"http://127.0.0.1:{port}", "m", CFG, got, _collected(b),
+                                                              got["info"], get_sglang_recipe())
+            return got
+        finally:
+            await runner.cleanup()
+
+    got = asyncio.run(run())
+    completion = [body for path, body in seen if path == "/v1/completions"]
+    assert completion and completion[0]["prompt"] == [1, 2, 3, 10, 11, 12, 13] and completion[0]["logprobs"] == 5
+    assert got["info"]["teacher_forcing"] == {"chat-prompt-ids": 1}
+    out = judge(got, CFG, _collected(b))
+    assert out.passed and out.values["reanchored"] == 1, out.detail
+
+
+def get_sglang_recipe() -> str:
+    from bakeoff.run.engines.sglang import SGLang
+
+    return SGLang.templated_prompt
