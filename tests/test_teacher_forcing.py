@@ -302,6 +302,12 @@ def test_every_output_says_the_weaker_check(tmp_path):
     d = decide.Decision(winner=pick)
     assert markdown._weaker_recommended([base, weak], d) == ["", f"**Weaker check:** trial 1: {checks.weaker_line(weak)}"]
     assert "Weaker check:</b> trial 1: weaker check, not run" in html.weaker_recommended([base, weak], d)
+    # the CLI's last lines, after the stored decision's
+    from bakeoff import cli
+
+    with Store(tmp_path) as store:
+        store.set_meta("decision", d.to_json())
+    assert cli.weaker_lines(tmp_path) == [f"Weaker check: trial 1: {checks.weaker_line(weak)}"]
 
 
 def test_sglang_recipe_gets_prompt_ids_and_forces_token_ids():
