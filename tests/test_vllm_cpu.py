@@ -143,3 +143,23 @@ def test_report_rows_and_recommendation(sweep):
     rec = report.split("## Recommendation", 1)[1]
     assert "Recommended" in rec and SERVER_MARK in rec and "VLLM_CPU_KVCACHE_SPACE=1" in rec
     assert "## Recommendation" in sweep["stdout"]
+
+
+def test_diverging_replies_are_teacher_forced_through_tokenize_messages(sweep):
+    """vLLM has no /apply-template: before, every near-tie divergence went un-forced ("teacher-forced
+    continuation ... (the server gave no chat template)" in checks_not_run, printed nowhere). Now the
+    templated prompt's ids come from /tokenize with messages and the continuation from a token-id
+    /v1/completions: every near-tie divergence of the healthy trials is followed and judged.
+    Measured here (vllm-cpu 0.32.0, 2-core machine): float32 diverged from bf16 in 2/10 replies,
+    both at near-ties (largest gap 0.125 nats), both forced through /tokenize + /v1/completions
+    (teacher_forcing {"tokenize-messages": 2}), whole-answer agreement 0.994, verdict ok; the old
+    code left both un-forced (two checks_not_run lines: this test fails on it)."""
+    for t in sweep["trials"]:
+        assert not [c for c in t.metrics.get("checks_not_run") or [] if c.startswith("teacher-forced")], t.metrics
+    f32 = sweep["trials"][1]
+    probe = f32.metrics["probe"]
+    print(f"float32: diverged {probe['diverged']}, reanchored {probe.get('reanchored')}, "
+          f"teacher_forcing {probe.get('teacher_forcing')}, max gap {probe.get('max_divergence_gap')}")
+    # a near-tie divergence that could not be forced is a checks_not_run line (asserted above); one that was is here
+    if probe.get("reanchored"):
+        assert set(probe["teacher_forcing"]) == {"tokenize-messages"}, probe

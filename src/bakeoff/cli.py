@@ -154,7 +154,7 @@ def _print_result(out_dir: Path, report_path: Path) -> None:
         body = render(store, recommendation=False)
     out.print(body, markup=False, highlight=False, soft_wrap=True)
     out.print("## Recommendation\n", markup=False, highlight=False)
-    for line in decision_lines(out_dir):
+    for line in decision_lines(out_dir) + weaker_lines(out_dir):
         out.print(line, markup=False, highlight=False, soft_wrap=True)
     console.print(f"report: {report_path}", markup=False, highlight=False)
 
@@ -181,6 +181,21 @@ def decision_lines(sweep_dir: Path) -> list[str]:
     try:
         with open_readonly(sweep_dir) as store:
             return decide.load(store).summary_lines()
+    except BakeoffError:
+        return []
+
+
+def weaker_lines(sweep_dir: Path) -> list[str]:
+    """Each recommended trial whose verdict lacked a check, and which (bakeoff.report.checks)."""
+    from bakeoff import decide
+    from bakeoff.report.checks import recommended_lines
+    from bakeoff.store import open_readonly
+
+    try:
+        with open_readonly(sweep_dir) as store:
+            d = decide.load(store)
+            keys = [p.key for p in ([d.winner] if d.winner else []) + list(d.fallbacks)]
+            return [f"Weaker check: {line}" for line in recommended_lines(store.current(), keys)]
     except BakeoffError:
         return []
 

@@ -686,9 +686,10 @@ def bench_mode(bench: Bench | None) -> str | None:
 
 async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int | None, timeout_s: float,
                    expect_logprobs: bool = True, bench: Bench | None = None, baseline: dict | None = None,
-                   thinking: str = "auto", thinking_room: int = 0) -> dict:
+                   thinking: str = "auto", thinking_room: int = 0, recipe: str | None = None) -> dict:
     """Single requests, the long document, N concurrent copies, the benchmark-shaped batch and
-    the task gate; then, against the baseline, the teacher-forced continuations. A mode that
+    the task gate; then, against the baseline, the teacher-forced continuations (``recipe``: how
+    the engine gives its templated prompt, ``_teacher_force``). A mode that
     shows a finding no baseline can excuse ends the collection there. Every request asks for
     ``thinking`` (``[server] thinking``) and gets ``thinking_room`` tokens more for the thought."""
     prompts, long_cfg = load_prompt_set(cfg.set)
@@ -746,7 +747,7 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
             items = gate_items(cfg.gate_items, cfg.gate_seed)
             out["gate"] = dict(zip((p.id for p in items), await asyncio.gather(*(one(p) for p in items))))
         if baseline is not None and expect_logprobs and cfg.max_reanchors:
-            collected["anchored"] = await _teacher_force(session, base_url, model, cfg, collected, baseline, info)
+            collected["anchored"] = await _teacher_force(session, base_url, model, cfg, collected, baseline, info, recipe)
     return collected
 
 
@@ -809,22 +810,26 @@ async def _long_prompts(session, base_url: str, long_cfg: dict, cfg: Probes, ctx
     return prompts
 
 
-async def _template(session, base_url: str, text: str, thinking: str = "auto") -> str | None:
-    """The chat-templated prompt text (llama.cpp ``/apply-template``), asked with the same
-    ``thinking`` fields as the chat requests (a thinking template's generation prompt differs:
-    Qwen3-style "<think>" opened vs an empty, closed thought), or None where the server has none.
+# -- teacher forcing: how each engine gives the chat-templated prompt ----------------------
+#
+# A recipe takes (session, base_url, model, messages, thinking) and returns the prompt the
+# chat API would have run: its text (llama.cpp) or its token ids (vLLM, SGLang), or None where
+# the server will not say. Engines name theirs in ``Engine.templated_prompt``; an engine with
+# none is re-anchored through the chat API instead (``_chat_continue``).
+
+
+async def _post_json(session, url: str, body: dict):
+    """POST ``body``; the JSON answer, or None on any failure (unsupported, refused, down).
     A pooled keep-alive connection the server dropped is retried on a fresh one."""
     import aiohttp
 
-    body = {"messages": [{"role": "user", "content": text}], **THINKING_FIELDS[thinking]}
     for attempt in range(2):
         try:
             if attempt == 0:
-                async with session.post(base_url + "/apply-template", json=body) as resp:
-                    return await _template_answer(resp)
-            async with new_session(timeout_s=session.timeout.total, fresh=True) as fresh, \
-                    fresh.post(base_url + "/apply-template", json=body) as resp:
-                return await _template_answer(resp)
+                async with session.post(url, json=body) as resp:
+                    return await resp.json(content_type=None) if resp.status == 200 else None
+            async with new_session(timeout_s=session.timeout.total, fresh=True) as fresh, fresh.post(url, json=body) as resp:
+                return await resp.json(content_type=None) if resp.status == 200 else None
         except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError):
             continue
         except Exception:  # noqa: BLE001 - anything else: unsupported
@@ -832,58 +837,172 @@ async def _template(session, base_url: str, text: str, thinking: str = "auto") -
     return None
 
 
-async def _template_answer(resp) -> str | None:
-    if resp.status != 200:
+def _ids(value) -> list[int] | None:
+    return value if isinstance(value, list) and value and all(isinstance(i, int) for i in value) else None
+
+
+async def _template_llamacpp(session, base_url: str, model: str | None, messages: list[dict], thinking: str) -> str | None:
+    """llama.cpp ``POST /apply-template``: ``{"prompt": text}``."""
+    data = await _post_json(session, base_url + "/apply-template", {"messages": messages, **THINKING_FIELDS[thinking]})
+    return data.get("prompt") if isinstance(data, dict) and isinstance(data.get("prompt"), str) else None
+
+
+async def _template_vllm(session, base_url: str, model: str | None, messages: list[dict], thinking: str) -> list[int] | None:
+    """vLLM ``POST /tokenize`` with ``messages`` (TokenizeChatRequest: the chat template applied
+    with ``add_generation_prompt``, ``chat_template_kwargs`` passed to it): ``{"tokens": ids}``."""
+    body = {"messages": messages, "add_generation_prompt": True, "add_special_tokens": False, **THINKING_FIELDS[thinking]}
+    if model:
+        body["model"] = model
+    data = await _post_json(session, base_url + "/tokenize", body)
+    return _ids(data.get("tokens")) if isinstance(data, dict) else None
+
+
+async def _template_sglang(session, base_url: str, model: str | None, messages: list[dict], thinking: str) -> list[int] | None:
+    """SGLang: a one-token chat request with ``return_prompt_token_ids`` (ChatCompletionRequest of
+    srt/entrypoints/openai/protocol.py; the choice then carries ``prompt_token_ids``, the ids
+    its chat template produced). Older SGLang ignores the field: None."""
+    body = chat_body(messages, max_tokens=1, stream=False, model=model, thinking=thinking, top_logprobs=-1,
+                     extra={"return_prompt_token_ids": True})
+    data = await _post_json(session, base_url + "/v1/chat/completions", body)
+    choice = ((data or {}).get("choices") or [{}])[0] if isinstance(data, dict) else {}
+    return _ids(choice.get("prompt_token_ids")) if isinstance(choice, dict) else None
+
+
+PROMPT_RECIPES = {"apply-template": _template_llamacpp, "tokenize-messages": _template_vllm,
+                  "chat-prompt-ids": _template_sglang}
+
+
+async def _template(session, base_url: str, text: str, thinking: str = "auto") -> str | None:
+    """The chat-templated prompt text (llama.cpp ``/apply-template``), asked with the same
+    ``thinking`` fields as the chat requests (a thinking template's generation prompt differs:
+    Qwen3-style "<think>" opened vs an empty, closed thought), or None where the server has none."""
+    return await _template_llamacpp(session, base_url, None, [{"role": "user", "content": text}], thinking)
+
+
+async def _text_ids(session, base_url: str, text: str) -> list[int] | None:
+    """``text`` in the server's tokens, no special tokens added (vLLM and SGLang ``/tokenize``)."""
+    data = await _post_json(session, base_url + "/tokenize", {"prompt": text, "add_special_tokens": False})
+    return _ids(data.get("tokens")) if isinstance(data, dict) else None
+
+
+async def _forced_prompt(session, base_url: str, prefix, forced: list[dict]):
+    """The completions prompt: the templated prefix, then the baseline's tokens. llama.cpp takes
+    text and ids mixed; an ids prefix needs the forced tokens as ids too (the baseline's own ids
+    where its logprobs carry them, else its text re-tokenized by the server)."""
+    text = "".join(t.get("token") or "" for t in forced)
+    own = [t.get("id") for t in forced]
+    if isinstance(prefix, str):
+        return [prefix, *own] if all(isinstance(i, int) for i in own) else prefix + text
+    ids = own if all(isinstance(i, int) for i in own) else await _text_ids(session, base_url, text)
+    return None if ids is None else [*prefix, *ids]
+
+
+async def _complete_forced(session, base_url: str, model: str | None, prefix, forced: list[dict], max_tokens: int,
+                           top_k: int) -> Result:
+    """The trial's greedy continuation after ``prefix`` + ``forced`` (``/v1/completions``)."""
+    prompt = await _forced_prompt(session, base_url, prefix, forced)
+    if prompt is None:
+        return Result(text="", error="the server gave no token ids for the forced text (/tokenize)")
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "seed": 0, "stream": True,
+            "logprobs": top_k, "stream_options": {"include_usage": True}}
+    if model:
+        body["model"] = model
+    return await stream_request(session, base_url + "/v1/completions", body, api="completions")
+
+
+async def _chat_continue(session, base_url: str, model: str | None, text: str, forced: list[dict], max_tokens: int,
+                         top_k: int, thinking: str) -> Result:
+    """The fallback where the engine gives no templated prompt: the chat API itself, the forced
+    tokens as the assistant's unfinished reply (``continue_final_message``, no generation prompt:
+    vLLM's and SGLang's chat extension; llama.cpp continues a final assistant message as well)."""
+    forced_text = "".join(t.get("token") or "" for t in forced)
+    messages = [{"role": "user", "content": text}, {"role": "assistant", "content": forced_text}]
+    body = chat_body(messages, max_tokens=max_tokens, top_logprobs=top_k, model=model, thinking=thinking,
+                     extra={"continue_final_message": True, "add_generation_prompt": False})
+    return await stream_request(session, base_url + "/v1/chat/completions", body)
+
+
+async def _chat_continue_holds(session, base_url: str, model: str | None, text: str, own: list[dict], diverge_at: int,
+                               top_k: int, thinking: str) -> bool:
+    """Whether the chat fallback really continues a reply on this server: re-anchored on the
+    trial's *own* first ``j`` tokens (inside the prefix it shares with the baseline where it has
+    one of two tokens or more, else just past its divergence), it must give back its own token
+    ``j``. A server that ignores ``continue_final_message`` starts a new turn instead, and its
+    continuation would be judged against the wrong text (a false alarm): then the check is said
+    not run."""
+    j = diverge_at - 1 if diverge_at >= 2 else diverge_at + 1
+    if j < 1 or j >= len(own):
+        return False
+    cont = await _chat_continue(session, base_url, model, text, own[:j], 1, top_k, thinking)
+    return bool(cont.ok and cont.tokens) and cont.tokens[0].get("token") == own[j].get("token")
+
+
+def _should_force(b: Result | None, r: Result, top_k: int, tie_gap: float) -> Diff | None:
+    """The diff of a reply worth teacher forcing: both sides with logprobs, a near-tie divergence
+    before either reply's end."""
+    if b is None or not b.ok or not r.ok or not b.tokens or not r.tokens:
         return None
-    data = await resp.json(content_type=None)
-    return data.get("prompt") if isinstance(data, dict) else None
+    d = compare(b, r, top_k=top_k, tie_gap=tie_gap)
+    if not d.consistent or d.diverge_at is None or d.early_stop or d.diverge_at >= min(len(b.tokens), len(r.tokens)):
+        return None
+    return d
 
 
 async def _teacher_force(session, base_url: str, model: str | None, cfg: Probes, collected: dict, baseline: dict,
-                         info: dict) -> dict:
+                         info: dict, recipe: str | None = "apply-template") -> dict:
     """For each reply that diverges from the baseline's at a near-tie, re-anchor the trial on the
     baseline's tokens up to and including the divergence and collect its continuation; repeat
-    at the next near-tie, up to ``max_reanchors`` times. Returns {mode: {pid: [(k, Result)]}}."""
+    at the next near-tie, up to ``max_reanchors`` times. Returns {mode: {pid: [(k, Result)]}}.
+
+    ``recipe`` (``Engine.templated_prompt``, a key of ``PROMPT_RECIPES``) gets the templated
+    prompt, continued by ``/v1/completions``; with none, or where it answers nothing, the chat
+    API continues the reply (``_chat_continue``) once the server has shown it honours that. How
+    each reply was forced is in ``info["teacher_forcing"]``; a reply not forced is a
+    ``checks_not_run`` line."""
     top_k = cfg.top_logprobs or 5
+    thinking = (info.get("thinking") or {}).get("mode", "auto")
     texts = _request_texts(collected)
     anchored: dict = {}
-    url = base_url + "/v1/completions"
+    how: dict[str, int] = {}
+    fallback_holds = False  # shown once per trial, on the first reply that can show it
     for mode, items in collected["results"].items():
         if mode not in DIFF_MODES and not mode.startswith("bench "):
             continue
         for pid, r in items.items():
-            b = baseline["results"].get(mode, {}).get(pid)
-            if b is None or not b.ok or not r.ok or not b.tokens or not r.tokens or pid not in texts.get(mode, {}):
+            d = _should_force(baseline["results"].get(mode, {}).get(pid), r, top_k, cfg.max_tie_gap)
+            if d is None or pid not in texts.get(mode, {}):
                 continue
-            d = compare(b, r, top_k=top_k, tie_gap=cfg.max_tie_gap)
-            if not d.consistent or d.diverge_at is None or d.early_stop or d.diverge_at >= min(len(b.tokens), len(r.tokens)):
+            b, text = baseline["results"][mode][pid], texts[mode][pid]
+            messages = [{"role": "user", "content": text}]
+            prefix = await PROMPT_RECIPES[recipe](session, base_url, model, messages, thinking) if recipe else None
+            if prefix is None and not fallback_holds:
+                fallback_holds = await _chat_continue_holds(session, base_url, model, text, r.tokens, d.diverge_at,
+                                                            top_k, thinking)
+            if prefix is None and not fallback_holds:
+                why = (f"{recipe} gave no templated prompt" if recipe else "the engine gives no templated prompt") + \
+                      "; the chat API did not continue a final assistant message (continue_final_message)"
+                info.setdefault("checks_not_run", []).append(f"teacher-forced continuation of {mode}/{pid} ({why})")
                 continue
-            prefix = await _template(session, base_url, texts[mode][pid], (info.get("thinking") or {}).get("mode", "auto"))
-            if prefix is None:
-                info.setdefault("checks_not_run", []).append(f"teacher-forced continuation of {mode}/{pid} "
-                                                             "(the server gave no chat template: /apply-template)")
-                continue
+            via = recipe if prefix is not None else "chat continue_final_message"
             k = d.diverge_at + 1
             for _ in range(cfg.max_reanchors):
                 if k >= len(b.tokens):
                     break
-                forced = b.tokens[:k]
-                ids = [t.get("id") for t in forced]
-                prompt = [prefix, *ids] if all(isinstance(i, int) for i in ids) else prefix + "".join(t.get("token") or "" for t in forced)
-                body = {"prompt": prompt, "max_tokens": len(b.tokens) - k + 4, "temperature": 0.0, "seed": 0,
-                        "stream": True, "logprobs": top_k, "stream_options": {"include_usage": True}}
-                if model:
-                    body["model"] = model
-                cont = await stream_request(session, url, body, api="completions")
+                room = len(b.tokens) - k + 4
+                cont = (await _complete_forced(session, base_url, model, prefix, b.tokens[:k], room, top_k) if prefix is not None
+                        else await _chat_continue(session, base_url, model, text, b.tokens[:k], room, top_k, thinking))
                 if cont.error or not cont.tokens:
                     info.setdefault("checks_not_run", []).append(f"teacher-forced continuation of {mode}/{pid} "
                                                                  f"({cont.error or 'no logprobs'})")
                     break
+                how[via] = how.get(via, 0) + 1
                 anchored.setdefault(mode, {}).setdefault(pid, []).append((k, cont))
                 sub = compare(_tail(b, k), cont, top_k=top_k, tie_gap=cfg.max_tie_gap)
                 if not sub.consistent or sub.diverge_at is None or sub.diverge_at >= min(len(b.tokens) - k, len(cont.tokens)):
                     break
                 k += sub.diverge_at + 1
+    if how:
+        info["teacher_forcing"] = how
     return anchored
 
 
@@ -893,11 +1012,22 @@ def _request_texts(collected: dict) -> dict[str, dict[str, str]]:
 
 def run_probes(base_url: str, cfg: Probes, *, model: str | None = None, ctx_size: int | None = None,
                timeout_s: float = 120, expect_logprobs: bool = True, bench: Bench | None = None,
-               baseline: dict | None = None, thinking: str = "auto", thinking_room: int = 0) -> dict:
+               baseline: dict | None = None, thinking: str = "auto", thinking_room: int = 0,
+               templated_prompt: str | None = None) -> dict:
     """Run the probe set in every mode against a ready server; return raw results per mode.
-    ``thinking``/``thinking_room``: ``[server] thinking`` and ``Server.thinking_room``."""
+    ``thinking``/``thinking_room``: ``[server] thinking`` and ``Server.thinking_room``;
+    ``templated_prompt``: ``Engine.templated_prompt`` (teacher forcing)."""
     return asyncio.run(_collect(base_url, cfg, model, ctx_size, timeout_s, expect_logprobs, bench, baseline,
-                                thinking, thinking_room))
+                                thinking, thinking_room, templated_prompt))
+
+
+# Without logprobs no divergence can be shown to be a near-tie, and a healthy change (a dtype)
+# flips greedy words early (transformers serve, bfloat16 vs float32: diverged at word 1 of 13):
+# text agreement then says nothing either way. Such a trial is judged by what does not hang on
+# one greedy path: the detectors, early stops, the tasks and needles (any lost one fails), the
+# task gate's paired test and the concurrent copies.
+NO_LOGPROBS_DIFF = ("logprob near-tie test and teacher forcing (the engine gives no logprobs): a reply that diverges "
+                    "from the baseline's text is judged by the detectors, the tasks, the needles and the task gate only")
 
 
 def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprobs: bool = True,
@@ -927,6 +1057,8 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
     info = collected.get("info") or {}
     if info.get("long_context"):
         values["long_context"] = info["long_context"]
+    if info.get("teacher_forcing"):  # how many continuations each way was used for (_teacher_force)
+        values["teacher_forcing"] = info["teacher_forcing"]
     not_run = list(dict.fromkeys(info.get("checks_not_run", [])))
     if thought := thinking_values(collected):
         values["thinking"] = thought
@@ -934,8 +1066,7 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
             not_run.append(f"task check of {thought['cut_while_thinking']} replies cut by max_tokens while thinking "
                            "(truncated, not wrong: raise server.thinking_tokens)")
     if not expect_logprobs:
-        not_run += ["logprob near-tie test (the engine gives no logprobs: text compared strictly instead)",
-                    "nonfinite logprobs", "teacher-forced continuation"]
+        not_run += [NO_LOGPROBS_DIFF, "nonfinite logprobs", "teacher-forced continuation"]
     if base_res is None:
         not_run.append("differential vs a baseline (none healthy to compare with)" if role != "baseline" else
                        "differential (this is the baseline: judged by the detectors and the absolute floors)")
@@ -1098,6 +1229,9 @@ def _check_differential(collected, cfg, baseline, values, expect_logprobs, role)
         mode, pid = early[0]
         return mode, "early_stop", f"{mode} / {pid}: {diffs[early[0]].detail}", show(early)
     bad = [k for k, d in diffs.items() if not d.consistent]
+    if not expect_logprobs:  # NO_LOGPROBS_DIFF: a text divergence is no evidence either way
+        values["text_divergences"] = f"{len(bad)}/{len(diffs)}"
+        return None
     if bad:
         mode, pid = bad[0]
         return (mode, "divergence", f"{len(bad)}/{len(diffs)} replies diverge from the baseline beyond a near-tie "

@@ -237,15 +237,24 @@ def _absorb_usage(res: Result, usage: dict) -> None:
     res.completion_tokens = usage.get("completion_tokens")
 
 
+def _by_logprob(item: tuple) -> float:
+    """Sort key: most likely first (a missing or non-numeric logprob last)."""
+    v = item[1]
+    return -v if isinstance(v, (int, float)) else float("inf")
+
+
 def _absorb_logprobs(res: Result, lp) -> None:
     if not isinstance(lp, dict):
         return
     content = lp.get("content")
     if content:
         res.tokens.extend(content)
-    elif lp.get("tokens"):  # completions-style logprobs
-        for tok, tlp in zip(lp["tokens"], lp.get("token_logprobs") or [None] * len(lp["tokens"])):
-            res.tokens.append({"token": tok, "logprob": tlp, "top_logprobs": []})
+    elif lp.get("tokens"):  # completions-style logprobs: top_logprobs is one {token: logprob} per token
+        n = len(lp["tokens"])
+        tops = lp.get("top_logprobs") or [None] * n
+        for tok, tlp, top in zip(lp["tokens"], lp.get("token_logprobs") or [None] * n, tops):
+            alts = [{"token": t, "logprob": v} for t, v in sorted((top or {}).items(), key=_by_logprob)]
+            res.tokens.append({"token": tok, "logprob": tlp, "top_logprobs": alts})
 
 
 def _absorb(res: Result, event: dict, parts: list[str], now: float, api: str, thoughts: list[str] | None = None) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from bakeoff.errors import MissingExtra
 from bakeoff import decide
 from bakeoff.decide import CORRECT, label
+from bakeoff.report import checks
 from bakeoff.spec import render as render_value
 from bakeoff.store import Store, TrialRecord
 
@@ -46,6 +47,7 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 details summary { cursor: pointer; color: #2f5fae; } pre.ev { background: #1e2227; color: #e6e6e6; padding: 8px 10px;
   border-radius: 6px; overflow-x: auto; max-width: 640px; white-space: pre-wrap; word-break: break-all; }
 .hint { color: var(--muted); font-size: 13px; } .note { color: var(--muted); }
+.weaker { color: #8a4b00; font-size: 13px; }
 .figure { background: #fff; border: 1px solid var(--line); border-radius: 8px; padding: 8px; display: inline-block; }
 .figure svg { display: block; max-width: 100%; height: auto; }
 .rec { background: #eef8f1; border: 1px solid #9ccfad; border-radius: 8px; padding: 12px 16px; }
@@ -183,8 +185,12 @@ def change_table(trials: list[TrialRecord], spec: dict | None = None) -> str:
                       f'<pre class="ev">{e(chr(10).join(lines))}</pre></details>')
         if t.log_path and t.verdict not in CORRECT:
             ev.append(f'<div class="hint">log: <code>{e(t.log_path)}</code></div>')
+        weaker = checks.weaker_line(t)
+        if weaker:
+            ev.append(f'<div class="weaker">{e(weaker)}</div>')
+        mark = ' <span class="weaker">weaker check</span>' if weaker else ""
         out.append(f"<tr><td class=\"num\">{t.idx}</td><td>{e(label(t))}</td><td>{_badge(t.verdict or t.state)} "
-                   f"{e(t.cause or '')}</td><td class=\"num\">{e(speed.throughput(t))}</td><td class=\"num\">{_fmt(t.metrics.get('ttft_p50_ms'), '.0f')}</td>"
+                   f"{e(t.cause or '')}{mark}</td><td class=\"num\">{e(speed.throughput(t))}</td><td class=\"num\">{_fmt(t.metrics.get('ttft_p50_ms'), '.0f')}</td>"
                    + (f"<td class=\"num\">{e(speed.goodput(t))}</td>" if slo else "")
                    + f"<td class=\"num\">{e(ratio)}</td><td>{''.join(ev)}</td></tr>")
     out.append("</table>")
@@ -386,6 +392,12 @@ def recommendation(d: decide.Decision) -> str:
     return "\n".join(out)
 
 
+def weaker_recommended(trials: list[TrialRecord], d: decide.Decision) -> str:
+    """Each recommended trial whose verdict lacked a check, and which (``bakeoff.report.checks``)."""
+    keys = [p.key for p in ([d.winner] if d.winner else []) + list(d.fallbacks)]
+    return "\n".join(f'<p class="weaker caution"><b>Weaker check:</b> {e(x)}</p>' for x in checks.recommended_lines(trials, keys))
+
+
 def skipped_notes(trials: list[TrialRecord]) -> str:
     skipped = [t for t in trials if t.verdict == "skipped"]
     if not skipped:
@@ -429,7 +441,7 @@ def render_html(store: Store) -> str:
         f'<p class="meta">Hardware: {e(hw)}. Fingerprint <code>{e(fp.get("hash", "?"))}</code>{e(" (" + fp["note"] + ")") if fp.get("note") else ""}.</p>',
         '<div class="badges">' + "".join(f'<span style="background:{COLOURS.get(v, "#fff")}">{e(v)}: {n}</span>'
                                          for v, n in counts.items()) + "</div>",
-        "<h2>Recommendation</h2>", recommendation(decide.load(store)),
+        "<h2>Recommendation</h2>", recommendation(decision := decide.load(store)), weaker_recommended(trials, decision),
         "<h2>Verdict matrix</h2>", verdict_matrix(spec, trials),
         "<h2>Single changes vs the baseline</h2>", change_table(trials, spec),
         latency_table(trials),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from bakeoff import decide
 from bakeoff.decide import CORRECT, command_line, label  # noqa: F401  (renderers import them from here)
-from bakeoff.report import curves
+from bakeoff.report import checks, curves
 from bakeoff.report import latency, speed
 from bakeoff.report.matrix import combination_note
 from bakeoff.store import Store, TrialRecord
@@ -36,7 +36,7 @@ def render(store: Store, recommendation: bool = True) -> str:
     ver = f", {spec.get('engine')} {fp['engine_version']}" if fp.get("engine_version") else ""
     lines.append(f"Hardware: {hw}{ver}. Fingerprint `{fp.get('hash', '?')}`" + (f" ({fp['note']})." if fp.get("note") else "."))
     if recommendation:
-        lines += ["", "## Recommendation", "", *_recommendation(decision)]
+        lines += ["", "## Recommendation", "", *_recommendation(decision), *_weaker_recommended(trials, decision)]
     slo = speed.has_slo(trials)
     lines += ["", "## Trials", "",
               "| # | single change vs baseline | verdict | cause | output tok/s (95 % CI) | TTFT p50 ms | "
@@ -50,10 +50,13 @@ def render(store: Store, recommendation: bool = True) -> str:
             ev = ev[:137] + "..."
         verdict = t.verdict or t.state
         cause = f"{t.cause} ({t.metrics['failed_mode']})" if t.verdict == "wrong" and t.metrics.get("failed_mode") else t.cause or ""
+        if checks.weaker_line(t):
+            cause = (cause + " " if cause else "") + "weaker check (see Checks not run)"
         lines.append(f"| {t.idx} | {label(t)} | **{verdict}** | {cause} | {speed.throughput(t)} | "
                      f"{_fmt(t.metrics.get('ttft_p50_ms'))} | " + (f"{speed.goodput(t)} | " if slo else "") + f"{ratio} | {ev} |")
     lines += latency.markdown_lines(trials)
     lines += _lm_eval_lines(trials)
+    lines += _not_run_lines(trials)
     energy = [t for t in trials if t.metrics.get("energy")]
     if energy:
         lines += ["", "## Energy (GPU, during the benchmark; NVML)", "",
@@ -128,6 +131,24 @@ def _lm_eval_lines(trials: list[TrialRecord]) -> list[str]:
         return []
     return (["", "## lm-evaluation-harness", "", "| " + " | ".join(LM_EVAL_HEAD) + " |", "|" + "---|" * len(LM_EVAL_HEAD)]
             + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _weaker_recommended(trials: list[TrialRecord], d: decide.Decision) -> list[str]:
+    """Under the recommendation: each recommended trial whose verdict lacked a check, and which."""
+    keys = [p.key for p in ([d.winner] if d.winner else []) + list(d.fallbacks)]
+    return [line for x in checks.recommended_lines(trials, keys) for line in ("", f"**Weaker check:** {x}")]
+
+
+def _not_run_lines(trials: list[TrialRecord]) -> list[str]:
+    """The checks each trial's verdict was reached without (``bakeoff.report.checks``)."""
+    rows = [(t, checks.not_run(t)) for t in trials]
+    rows = [(t, lines) for t, lines in rows if lines]
+    if not rows:
+        return []
+    out = ["", "## Checks not run", "", "A verdict below rests on weaker checks than a full judge run: these did not run.", ""]
+    for t, lines in rows:
+        out += [f"- trial {t.idx} ({label(t)}, {t.verdict or t.state}): " + "; ".join(lines)]
+    return out
 
 
 def _interval(ci: list[float]) -> str:

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from bakeoff.errors import SpecError
 from bakeoff.spec import Spec, render
 from bakeoff import decide
+from bakeoff.report import checks
 from bakeoff.store import Store, TrialRecord
 
 FORMAT = "bakeoff-compat-matrix"
@@ -45,6 +46,7 @@ class ValueResult(_Strict):
     # the failure is known only in this configuration (the other axes' values): the value itself
     # is not known bad; the configuration is, in ``configs``
     combination: dict[str, str] | None = None
+    checks_not_run: list[str] = []  # the checks the verdict was reached without (bakeoff.report.checks)
 
 
 class AxisEntry(_Strict):
@@ -63,6 +65,7 @@ class ConfigEntry(_Strict):
     detail: str | None = None
     hard: bool = False
     output_tok_s: float | None = None
+    checks_not_run: list[str] = []
 
 
 class MatrixFile(_Strict):
@@ -111,7 +114,7 @@ def export_matrix(store: Store) -> dict:
         axes[name] = entry
     configs = [{"key": t.key, "config": {k: render(v) for k, v in t.config.items()}, "changed": list(t.changed),
                 "verdict": t.verdict, "cause": t.cause, "detail": t.detail, "hard": bool(t.metrics.get("hard")),
-                "output_tok_s": t.metrics.get("output_tok_s")} for t in trials]
+                "output_tok_s": t.metrics.get("output_tok_s"), "checks_not_run": checks.not_run(t)} for t in trials]
     model = spec.get("model") or {}
     return {"format": FORMAT, "version": VERSION, "sweep": sweep.get("name", "?"), "engine": spec.get("engine", "?"),
             "engine_version": fp.get("engine_version"), "model": model.get("name") or model.get("path"),
@@ -165,7 +168,7 @@ def _value_result(t: TrialRecord, name: str, trials: list[TrialRecord]) -> dict:
 
 def _result(t: TrialRecord) -> dict:
     return {"verdict": t.verdict, "cause": t.cause, "detail": t.detail, "hard": bool(t.metrics.get("hard")),
-            "trial": t.idx, "output_tok_s": t.metrics.get("output_tok_s")}
+            "trial": t.idx, "output_tok_s": t.metrics.get("output_tok_s"), "checks_not_run": checks.not_run(t)}
 
 
 def write_matrix(store: Store, path: str | os.PathLike) -> Path:

@@ -187,7 +187,8 @@ class TrialRunner:
         collected = probes.run_probes(base_url, cfg, model=self._request_model(),
                                       ctx_size=_ctx_size(self.spec.server.args), timeout_s=self.spec.server.request_timeout_s,
                                       expect_logprobs=self.engine.supports_logprobs, bench=self.spec.bench, baseline=baseline,
-                                      thinking=self.spec.server.thinking, thinking_room=self.spec.server.thinking_room)
+                                      thinking=self.spec.server.thinking, thinking_room=self.spec.server.thinking_room,
+                                      templated_prompt=self.engine.templated_prompt)
         outcome = probes.judge(collected, cfg, baseline, expect_logprobs=self.engine.supports_logprobs, role=role)
         if outcome.passed and cfg.lm_eval is not None:
             self.progress("lm_eval", ", ".join(cfg.lm_eval.tasks))

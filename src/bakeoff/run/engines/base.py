@@ -61,6 +61,9 @@ class Engine:
     default_port: ClassVar[int] = 8000
     # flags that take a whole number (a spec value such as "--threads 2.5" is refused before launch)
     int_flags: ClassVar[tuple[str, ...]] = ()
+    # How the teacher-forcing probe gets the chat-templated prompt: a key of
+    # bakeoff.judge.probes.PROMPT_RECIPES, or None (no way: the chat API's continue_final_message)
+    templated_prompt: ClassVar[str | None] = None
     # log lines that mean "ready" even if the health endpoint is slow to say so
     ready_pattern: ClassVar[str | None] = None
 

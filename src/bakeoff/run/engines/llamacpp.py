@@ -27,6 +27,7 @@ class LlamaCpp(Engine):
                  "--ubatch-size", "-np", "--parallel", "-ngl", "--gpu-layers", "--n-gpu-layers", "-n", "--predict",
                  "--n-predict", "--keep")
     supports_ignore_eos = True
+    templated_prompt = "apply-template"  # teacher forcing: POST /apply-template
     ready_pattern = r"listening on http"
     phases = (
         Phase("load_weights", r"load_model: loading model|llama_model_loader: loaded meta data"),

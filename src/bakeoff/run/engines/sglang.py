@@ -39,6 +39,7 @@ class SGLang(HelpValidated, Engine):
     health_paths = ("/health", "/v1/models")
     deep_health_path: ClassVar[str] = HEALTH_GENERATE_PATH
     supports_ignore_eos = True
+    templated_prompt = "chat-prompt-ids"  # teacher forcing: chat request with return_prompt_token_ids
     ready_pattern = r"The server is fired up and ready to roll!"
     phases = (
         Phase("init_distributed", r"Init torch distributed begin"),

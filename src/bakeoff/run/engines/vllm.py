@@ -33,6 +33,7 @@ class VLLM(HelpValidated, Engine):
     program = "vllm serve"
     health_paths = ("/health", "/v1/models")
     supports_ignore_eos = True
+    templated_prompt = "tokenize-messages"  # teacher forcing: POST /tokenize with messages
     ready_pattern = r"Application startup complete"
     phases = (
         Phase("load_model", r"Starting to load model"),
