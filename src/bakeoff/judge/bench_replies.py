@@ -1,0 +1,136 @@
+"""The benchmark's replies are evidence: each one judged against the baseline's reply to the same
+request (same prompt by construction: ``measure.bench.request_key``; greedy on both sides).
+
+The benchmark is exactly the load the winner is deployed at, so a configuration that answers the
+probes well and writes garbage under load (after N requests, past the probes' ``max_tokens``,
+only at the highest concurrency) must not come out ``ok``. What the benchmark can afford to ask
+for is the chosen token's logprob (``logprobs: true``, no alternatives: a few bytes per token,
+``measure.bench.request_body``), so the differential notion is the probes' one (``probes.compare``:
+a divergence is allowed at a near-tie, limit ``tie_gap`` nats) with the gaps bounded from the
+chosen tokens alone:
+
+* at the first token where the two replies differ, the baseline chose its token with
+  probability p, so the trial's token had at most 1 - p there: the baseline's gap is at least
+  log p - log(1 - p) (``logit_floor``); the same holds on the trial's side. A divergence where
+  either bound exceeds ``tie_gap`` is not a near-tie (``not_tie``);
+* without logprobs (an engine that gives none) only the text is there: a divergence is a
+  ``diverged`` reply, and a level is allowed ``TEXT_DIVERGE_SHARE`` of them (measured healthy
+  variation, below).
+
+``judge_level`` turns the per-reply differences into the level's verdict: any reply that leaves
+the baseline at a token the baseline was sure of is ``bench_mismatch`` (the trial is ``wrong``),
+with the request key, the level and the text at the divergence as evidence.
+Measured on the real llama-server (SmolLM2-135M Q4_1, bench/bench_replies.py, healthy changes:
+flash attention on/off, KV cache q8_0, threads): see ``TEXT_DIVERGE_SHARE`` and the tests.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+TIE_GAP = 1.5  # nats: probes.compare's near-tie limit (Probes.tie_gap's default)
+# without logprobs: the share of a level's replies that may leave the baseline's text (healthy
+# near-tie flips; bench/bench_replies.py measured the most a healthy change produced)
+TEXT_DIVERGE_SHARE = 0.25
+EXCERPT = 60  # characters of text shown either side of a divergence
+
+
+@dataclass(frozen=True)
+class ReplyDiff:
+    """One reply against the baseline's reply to the same request."""
+
+    key: str                   # the request key ("c=4/r1/3")
+    kind: str                  # identical | prefix | near_tie | not_tie | diverged
+    at: int | None = None      # token (or word) index of the first divergence
+    gap: float | None = None   # the larger lower bound of the two sides' gaps there (nats)
+    detail: str = ""
+
+    @property
+    def bad(self) -> bool:
+        return self.kind == "not_tie"
+
+
+def compact(res) -> dict:
+    """What the store keeps of one benchmark reply to compare with later: its text and its
+    chosen tokens with their logprobs (``[[token, logprob], ...]``; empty without logprobs)."""
+    return {"text": res.generated, "toks": [[t.get("token"), t.get("logprob")] for t in res.tokens]}
+
+
+def logit_floor(lp) -> float:
+    """A lower bound of how much likelier a token chosen with logprob ``lp`` was than any other:
+    the others share at most 1 - p. ``inf`` when p is 1, 0 when unknown (no claim)."""
+    if not isinstance(lp, (int, float)) or not math.isfinite(lp):
+        return 0.0
+    p = math.exp(min(lp, 0.0))
+    return math.inf if p >= 1.0 else max(0.0, lp - math.log1p(-p))
+
+
+def compare_reply(key: str, base: dict, trial: dict, *, tie_gap: float = TIE_GAP) -> ReplyDiff:
+    """The trial's reply against the baseline's (both ``compact``): the first divergence and
+    whether it can be a near-tie flip (see the module's docstring)."""
+    bt, tt = base.get("toks") or [], trial.get("toks") or []
+    if bt and tt:
+        seq_b, seq_t = [x[0] for x in bt], [x[0] for x in tt]
+    else:  # no logprobs on one side: words
+        seq_b, seq_t = (base.get("text") or "").split(), (trial.get("text") or "").split()
+    n = 0
+    while n < min(len(seq_b), len(seq_t)) and seq_b[n] == seq_t[n]:
+        n += 1
+    if n == len(seq_b) == len(seq_t):
+        return ReplyDiff(key, "identical")
+    if n == min(len(seq_b), len(seq_t)):  # one ended first: the early-stop rule (lengths) judges it
+        return ReplyDiff(key, "prefix", n, detail=f"same tokens up to {n}, lengths {len(seq_b)} vs {len(seq_t)}")
+    where = _excerpt(seq_b, seq_t, n, bool(bt and tt))
+    if not (bt and tt):
+        return ReplyDiff(key, "diverged", n, detail=f"diverged at word {n} (no logprobs): {where}")
+    gap_b, gap_t = logit_floor(bt[n][1]), logit_floor(tt[n][1])
+    gap = max(gap_b, gap_t)
+    kind = "not_tie" if gap > tie_gap else "near_tie"
+    return ReplyDiff(key, kind, n, gap, detail=(
+        f"diverged at token {n}: baseline {seq_b[n]!r} (logprob {_lp(bt[n][1])}) vs {seq_t[n]!r} (logprob "
+        f"{_lp(tt[n][1])}); gap at least {gap:.2f} nats ({'a near-tie' if kind == 'near_tie' else 'not a near-tie'}, "
+        f"limit {tie_gap}): {where}"))
+
+
+def _lp(x) -> str:
+    return f"{x:.2f}" if isinstance(x, (int, float)) else repr(x)
+
+
+def _excerpt(seq_b: list, seq_t: list, n: int, tokens: bool) -> str:
+    sep = "" if tokens else " "
+    before = sep.join(map(str, seq_b[:n]))[-EXCERPT:]
+    return (f"…{before!s}⟨baseline: {sep.join(map(str, seq_b[n:]))[:EXCERPT]!r} | "
+            f"trial: {sep.join(map(str, seq_t[n:]))[:EXCERPT]!r}⟩")
+
+
+def compare_level(replies: list, base_replies: list, keys: list[str], *, tie_gap: float = TIE_GAP) -> list[ReplyDiff]:
+    """Every reply of a level against the baseline's same request (by index: the same key); a
+    failed request (None) on either side, or one past the baseline's count, is not compared."""
+    out = []
+    for i, (r, b) in enumerate(zip(replies, base_replies)):
+        if r is None or b is None:
+            continue
+        out.append(compare_reply(keys[i] if i < len(keys) else str(i), b, r, tie_gap=tie_gap))
+    return out
+
+
+def judge_level(level: str, diffs: list[ReplyDiff], n_replies: int) -> tuple[str, str] | None:
+    """The level's finding from its replies' differences, or None: ``(fault, why)``.
+
+    * any reply that left the baseline where a near-tie cannot explain it: ``bench_mismatch``;
+    * without logprobs, more diverged replies than ``TEXT_DIVERGE_SHARE`` of the level:
+      ``bench_mismatch`` (healthy flips stay within it)."""
+    bad = [d for d in diffs if d.bad]
+    if bad:
+        d = bad[0]
+        return "bench_mismatch", (f"bench_mismatch: {len(bad)}/{len(diffs)} replies at {level} left the baseline's reply "
+                                  f"to the same request where it was sure of its token (request {d.key}: {d.detail})")
+    loose = [d for d in diffs if d.kind == "diverged"]
+    allowed = int(TEXT_DIVERGE_SHARE * n_replies)
+    if len(loose) > allowed:
+        d = loose[0]
+        return "bench_mismatch", (f"bench_mismatch: {len(loose)}/{len(diffs)} replies at {level} differ from the baseline's "
+                                  f"to the same request (no logprobs to show near-ties; at most {allowed} may, "
+                                  f"{TEXT_DIVERGE_SHARE:.0%} of the level) (request {d.key}: {d.detail})")
+    return None
