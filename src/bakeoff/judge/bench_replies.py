@@ -41,14 +41,14 @@ class ReplyDiff:
     """One reply against the baseline's reply to the same request."""
 
     key: str                   # the request key ("c=4/r1/3")
-    kind: str                  # identical | prefix | near_tie | not_tie | diverged
+    kind: str                  # identical | prefix | near_tie | not_tie | diverged | text_mismatch
     at: int | None = None      # token (or word) index of the first divergence
     gap: float | None = None   # the larger lower bound of the two sides' gaps there (nats)
     detail: str = ""
 
     @property
     def bad(self) -> bool:
-        return self.kind == "not_tie"
+        return self.kind in ("not_tie", "text_mismatch")
 
 
 def compact(res) -> dict:
@@ -78,6 +78,11 @@ def compare_reply(key: str, base: dict, trial: dict, *, tie_gap: float = TIE_GAP
     while n < min(len(seq_b), len(seq_t)) and seq_b[n] == seq_t[n]:
         n += 1
     if n == len(seq_b) == len(seq_t):
+        if bt and tt and (base.get("text") or "") != (trial.get("text") or ""):
+            # the same tokens cannot spell two texts: one stream's text is not its tokens'
+            return ReplyDiff(key, "text_mismatch", detail=(
+                f"the same {n} tokens as the baseline's, but another text: "
+                f"{_excerpt((base.get('text') or '').split(), (trial.get('text') or '').split(), _common((base.get('text') or '').split(), (trial.get('text') or '').split()), False)}"))
         return ReplyDiff(key, "identical")
     if n == min(len(seq_b), len(seq_t)):  # one ended first: the early-stop rule (lengths) judges it
         return ReplyDiff(key, "prefix", n, detail=f"same tokens up to {n}, lengths {len(seq_b)} vs {len(seq_t)}")
@@ -91,6 +96,13 @@ def compare_reply(key: str, base: dict, trial: dict, *, tie_gap: float = TIE_GAP
         f"diverged at token {n}: baseline {seq_b[n]!r} (logprob {_lp(bt[n][1])}) vs {seq_t[n]!r} (logprob "
         f"{_lp(tt[n][1])}); gap at least {gap:.2f} nats ({'a near-tie' if kind == 'near_tie' else 'not a near-tie'}, "
         f"limit {tie_gap}): {where}"))
+
+
+def _common(a: list, b: list) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
 
 
 def _lp(x) -> str:
