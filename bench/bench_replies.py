@@ -29,7 +29,7 @@ from bakeoff import spec  # noqa: E402
 from bakeoff.judge import bench_replies  # noqa: E402
 from bakeoff.measure import bench as benchmod  # noqa: E402
 
-BENCHES = {eos: spec.Bench(concurrency=[1, 4], requests_per_level=12, input_tokens=64, output_tokens=96, ignore_eos=eos,
+BENCHES = {eos: spec.Bench(concurrency=[1, 4], requests_per_level=8, input_tokens=64, output_tokens=64, ignore_eos=eos,
                            repetitions=1, max_repetitions=1, warmup_requests=1) for eos in (False, True)}
 
 
@@ -66,15 +66,13 @@ def margins(levels: list[dict], base_levels: list[dict], eos: bool) -> dict:
     return out
 
 
-def usage_gaps(levels: list[dict]) -> list[int]:
-    return sorted({lv.get("output_tokens", 0) - sum(n or 0 for n in lv["lens"]) for lv in levels})
-
-
 def main() -> None:
     out_path = Path(sys.argv[1])
     only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else [n for n in HEALTHY if n != "proxy"]
     base = serve_and_bench([])
     report = {"baseline": {str(k): v for k, v in base.items()}, "changes": []}
+    out_path.write_text(json.dumps(report, default=str))
+    print("baseline done", flush=True)
     for name in only:
         t0 = time.time()
         got = serve_and_bench(HEALTHY[name])

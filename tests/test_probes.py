@@ -589,10 +589,10 @@ def test_nan_logprobs_in_a_bench_reply_are_a_fault():
     assert (lv.valid, lv.fault) == (False, "nonfinite_logprobs")
 
 
-def test_bench_requests_ask_for_the_chosen_token_logprob_only():
+def test_bench_requests_ask_for_the_chosen_token_logprob_and_its_runner_up():
     cfg = spec.Bench()
     body = benchmod.request_body(cfg, "hi", model=None, ignore_eos=False, logprobs=True)
-    assert body["logprobs"] is True and "top_logprobs" not in body
+    assert body["logprobs"] is True and body["top_logprobs"] == 2
     assert "logprobs" not in benchmod.request_body(cfg, "hi", model=None, ignore_eos=False)
 
 

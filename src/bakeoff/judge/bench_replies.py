@@ -4,18 +4,22 @@ request (same prompt by construction: ``measure.bench.request_key``; greedy on b
 The benchmark is exactly the load the winner is deployed at, so a configuration that answers the
 probes well and writes garbage under load (after N requests, past the probes' ``max_tokens``,
 only at the highest concurrency) must not come out ``ok``. What the benchmark can afford to ask
-for is the chosen token's logprob (``logprobs: true``, no alternatives: a few bytes per token,
-``measure.bench.request_body``), so the differential notion is the probes' one (``probes.compare``:
-a divergence is allowed at a near-tie, limit ``tie_gap`` nats) with the gaps bounded from the
-chosen tokens alone:
+for is each chosen token's logprob and its runner-up (``measure.bench.BENCH_TOP_LOGPROBS`` = 2: a
+few dozen bytes per token), so the differential notion is the probes' own (``probes.compare``: a
+divergence is allowed at a near-tie, limit ``tie_gap`` nats), at the first token where the two
+replies differ:
 
-* at the first token where the two replies differ, the baseline chose its token with
-  probability p, so the trial's token had at most 1 - p there: the baseline's gap is at least
-  log p - log(1 - p) (``logit_floor``); the same holds on the trial's side. A divergence where
-  either bound exceeds ``tie_gap`` is not a near-tie (``not_tie``);
+* both sides carry the runner-up: ``probes.compare`` with top-2 — the trial's token must be the
+  baseline's runner-up within ``tie_gap``, and the reverse;
+* only the chosen tokens (a baseline stored by an older bakeoff): a bound — the baseline chose its
+  token with probability p, so any other had at most 1 - p: the gap is at least log p - log(1 - p)
+  (``logit_floor``), the same on the trial's side; either bound above ``tie_gap`` is not a near-tie;
 * without logprobs (an engine that gives none) only the text is there: a divergence is a
-  ``diverged`` reply, and a level is allowed ``TEXT_DIVERGE_SHARE`` of them (measured healthy
-  variation, below).
+  ``diverged`` reply, and a level is allowed ``TEXT_DIVERGE_SHARE`` of them.
+
+After a near-tie flip the two replies go separate ways and nothing past it is compared (the
+absolute detectors still read it); a reply that reproduces the baseline's tokens with another
+text is a ``text_mismatch``.
 
 ``judge_level`` turns the per-reply differences into the level's verdict: any reply that leaves
 the baseline at a token the baseline was sure of is ``bench_mismatch`` (the trial is ``wrong``),
@@ -28,6 +32,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
+from bakeoff.judge.probes import compare
+from bakeoff.measure.client import Result
 
 TIE_GAP = 1.5  # nats: probes.compare's near-tie limit (Probes.tie_gap's default)
 # without logprobs: the share of a level's replies that may leave the baseline's text (healthy
@@ -53,8 +60,18 @@ class ReplyDiff:
 
 def compact(res) -> dict:
     """What the store keeps of one benchmark reply to compare with later: its text and its
-    chosen tokens with their logprobs (``[[token, logprob], ...]``; empty without logprobs)."""
-    return {"text": res.generated, "toks": [[t.get("token"), t.get("logprob")] for t in res.tokens]}
+    chosen tokens with their logprobs and alternatives (``[[token, logprob, [[alt, logprob], ...]], ...]``;
+    empty without logprobs)."""
+    return {"text": res.generated, "toks": [[t.get("token"), t.get("logprob"),
+                                             [[x.get("token"), x.get("logprob")] for x in t.get("top_logprobs") or []]]
+                                            for t in res.tokens]}
+
+
+def _result(toks: list) -> Result:
+    """A compacted reply back as a ``Result`` for ``probes.compare``."""
+    return Result(text="", logprobs_requested=True, tokens=[
+        {"token": t[0], "logprob": t[1], "top_logprobs": [{"token": a, "logprob": lp} for a, lp in (t[2] if len(t) > 2 else [])]}
+        for t in toks])
 
 
 def logit_floor(lp) -> float:
@@ -89,6 +106,10 @@ def compare_reply(key: str, base: dict, trial: dict, *, tie_gap: float = TIE_GAP
     where = _excerpt(seq_b, seq_t, n, bool(bt and tt))
     if not (bt and tt):
         return ReplyDiff(key, "diverged", n, detail=f"diverged at word {n} (no logprobs): {where}")
+    k = min(len(bt[n][2]) if len(bt[n]) > 2 else 0, len(tt[n][2]) if len(tt[n]) > 2 else 0)
+    if k >= 2:  # the alternatives are there: the probes' own notion, at the first divergence
+        d = compare(_result(bt), _result(tt), top_k=k, tie_gap=tie_gap)
+        return ReplyDiff(key, "near_tie" if d.consistent else "not_tie", n, d.gap, detail=f"{d.detail}: {where}")
     gap_b, gap_t = logit_floor(bt[n][1]), logit_floor(tt[n][1])
     gap = max(gap_b, gap_t)
     kind = "not_tie" if gap > tie_gap else "near_tie"

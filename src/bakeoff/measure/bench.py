@@ -65,6 +65,9 @@ LOOP_FINDINGS = ("degenerate_repetition",)
 # ``usage`` may count this many tokens more than the stream showed (the end token, which carries no
 # text or logprob entry in llama.cpp/vLLM), plus USAGE_SLACK_SHARE of the reply
 USAGE_SLACK, USAGE_SLACK_SHARE = 2, 0.02
+# alternatives asked per bench token: the chosen one is the first under greedy, the second is the
+# runner-up a healthy near-tie flip picks (a few dozen bytes per token more than the chosen one alone)
+BENCH_TOP_LOGPROBS = 2
 
 
 def synthetic_prompt(rng: random.Random, n_words: int) -> str:
@@ -398,6 +401,9 @@ def judge_replies(level: dict, base_level: dict) -> dict:
     flips = [d.key for d in diffs if d.kind in ("near_tie", "diverged")]
     if flips:
         level = {**level, "near_tie_flips": len(flips)}
+    unmatched = sum(1 for i, r in enumerate(mine) if r is not None and (i >= len(theirs) or theirs[i] is None))
+    if unmatched:  # more repetitions than the baseline ran: those prompts have no known-good reply (detectors only)
+        level = {**level, "unmatched_replies": unmatched}
     if found is None:
         return level
     fault, why = found
@@ -455,17 +461,20 @@ def levels_of(cfg: Bench) -> list[tuple[str, int | None, float | None]]:
 
 def request_body(cfg: Bench, prompt: str, *, model: str | None, ignore_eos: bool, logprobs: bool = False,
                  thinking: str = "auto") -> dict:
-    """One benchmark request: greedy, streamed, usage asked for; with ``logprobs`` only the chosen
-    token's logprob (no alternatives: the cheapest form), so NaN logits show under load too.
+    """One benchmark request: greedy, streamed, usage asked for; with ``logprobs`` the chosen
+    token's logprob and its runner-up (``BENCH_TOP_LOGPROBS``), so NaN logits show under load too
+    and each reply can be compared with the baseline's like the probes' (a divergence to the
+    baseline's runner-up within the near-tie limit is a flip; ``judge.bench_replies``).
     ``thinking``: ``[server] thinking`` (chat requests only; the completions API has no template)."""
     extra = {"ignore_eos": True, "min_tokens": cfg.output_tokens} if ignore_eos else {}
     if cfg.api == "chat":
-        return chat_body([{"role": "user", "content": prompt}], max_tokens=cfg.output_tokens, top_logprobs=0 if logprobs else -1,
+        return chat_body([{"role": "user", "content": prompt}], max_tokens=cfg.output_tokens,
+                         top_logprobs=BENCH_TOP_LOGPROBS if logprobs else -1,
                          model=model, extra=extra, thinking=thinking)
     b = {"prompt": prompt, "max_tokens": cfg.output_tokens, "temperature": 0.0, "stream": True,
          "stream_options": {"include_usage": True}, **extra}
     if logprobs:
-        b["logprobs"] = 1
+        b["logprobs"] = BENCH_TOP_LOGPROBS
     if model:
         b["model"] = model
     return b
