@@ -98,3 +98,33 @@ def test_a_tools_token_count_is_checked_against_the_texts():
     assert benchtools.parse_vllm(data, "c=2", counter=truth.get).fault is None
     inflated = benchtools.parse_vllm(_vllm(output_lens=[64] * 4, total_output_tokens=256), "c=2", counter=truth.get)
     assert (inflated.valid, inflated.fault) == (False, "usage_mismatch") and "vllm counted 64 output tokens, its text has 16" in inflated.why_invalid
+
+
+# -- item 6: one loop rule under ignore_eos --------------------------------------------------------
+
+
+def _near(words: list[str], at: int, alt: str) -> Result:
+    """A reply chosen at p = 0.9 per token, with token ``at`` a near-tie (p = 0.5, the runner-up
+    ``alt`` 0.05 nats behind): a healthy flip there is allowed, and the loop after it judged by the rule."""
+    toks = [(w, -0.69 if i == at else -0.1) for i, w in enumerate(words)]
+    r = _stream(toks)
+    r.tokens[at]["top_logprobs"] = [{"token": words[at], "logprob": -0.69}, {"token": alt, "logprob": -0.74}]
+    return r
+
+
+def test_four_new_loops_in_eight_replies_are_a_fault_under_ignore_eos():
+    """Issue 23: the sign test let 4 new loops pass whatever the level's size (4 of 8 looping was
+    valid). Now at most LOOP_SHARE (10 %) of a level, rounded down: none in 8."""
+    loop = _near(["Once"] + [" upon", " a", " time"] * 10, 0, "w")
+    fine = _near(["w"] * 2 + [f" t{i}" for i in range(30)], 0, "Once")
+    base = benchmod.summarize("c=4", [fine] * 8, 1.0, ignore_eos=True, expect_logprobs=False).to_json()
+    half = benchmod.summarize("c=4", [loop] * 4 + [fine] * 4, 1.0, ignore_eos=True, expect_logprobs=False).to_json()
+    lv = benchmod.check_against_baseline(half, base, ignore_eos=True)
+    assert (lv["valid"], lv["fault"]) == (False, "degenerate_repetition")
+    assert "(4/8 new loops, 0 of the baseline's gone; at most 0 may, 10% of the level)" in lv["why_invalid"]
+    # the measured healthy worst (3 of 36, flash attention off on the H200) stays listed, not a fault
+    base36 = benchmod.summarize("c=1", [fine] * 36, 1.0, ignore_eos=True, expect_logprobs=False).to_json()
+    three = benchmod.summarize("c=1", [loop if i in (11, 14, 27) else fine for i in range(36)], 1.0, ignore_eos=True,
+                               expect_logprobs=False).to_json()
+    ok = benchmod.check_against_baseline(three, base36, ignore_eos=True)
+    assert ok["fault"] is None and ok["loops_tolerated"] == ["request 11", "request 14", "request 27"]
