@@ -130,3 +130,78 @@ def test_four_new_loops_in_eight_replies_are_a_fault_under_ignore_eos():
                                expect_logprobs=False).to_json()
     ok = benchmod.check_against_baseline(three, base36, ignore_eos=True)
     assert ok["fault"] is None and ok["loops_tolerated"] == ["request 11", "request 14", "request 27"]
+
+
+# -- item 1: every reply against the baseline's same request (recorded real replies) ----------------
+
+
+def _real() -> dict:
+    """REAL replies: llama-server + SmolLM2-135M Q4_1 (bench/bench_replies.py: c=1 and c=4, 8
+    requests of 64 tokens, top-2 logprobs, ignore_eos off and on): the baseline (--flash-attn off,
+    --parallel 4, --threads 1) and healthy changes launched after it."""
+    return json.loads((DATA / "llamacpp_bench_replies_real.json").read_text())
+
+
+def _garbage(level: dict, *, after_request: int = 0, from_token: int = 0, seed: int = 0) -> dict:
+    """``level`` with the replies from request ``after_request`` on rewritten from token
+    ``from_token`` on into fluent words, tokens and text alike, each token reported confidently
+    with a runner-up: what a STUB proxy in front of the real server (or a broken kernel) sends."""
+    rng = random.Random(seed)
+    out = []
+    for i, r in enumerate(level["replies"]):
+        if r is None or i < after_request:
+            out.append(r)
+            continue
+        words = [" " + rng.choice(FLUENT) for _ in range(max(0, len(r["toks"]) - from_token))]
+        toks = r["toks"][:from_token] + [[w, -0.2, [[w, -0.2], [" the", -2.5]]] for w in words]
+        out.append({**r, "toks": toks, "text": "".join(t[0] for t in toks)})
+    return {**level, "replies": out}
+
+
+def _judged(trial: dict, base: dict, eos: bool) -> dict:
+    return benchmod.check_against_baseline(trial, base, max_tokens=64, ignore_eos=eos)
+
+
+def test_healthy_changes_on_the_real_engine_leave_no_bench_mismatch():
+    """No false alarm: flash attention on and KV cache q8_0 (with flash attention) against the
+    baseline, every reply at both levels, ignore_eos off and on."""
+    real = _real()
+    seen = 0
+    for name, by_eos in real["changes"].items():
+        for eos, levels in by_eos.items():
+            for lv, base in zip(levels, real["baseline"][eos]):
+                got = _judged(lv, base, eos == "True")
+                assert got["fault"] is None, (name, eos, got["why_invalid"])
+                seen += len(lv["replies"])
+    assert seen == 32 * len(real["changes"]) > 0
+
+
+def test_garbage_after_n_requests_is_wrong_with_the_request_level_and_text():
+    """Issue 23: garbage from request 5 on, only after token 40 (past the probes' max_tokens): the
+    lengths are the baseline's, nothing absolute fires, the old bench called it ok."""
+    real = _real()
+    base = real["baseline"]["False"][1]  # c=4
+    trial = _garbage(base, after_request=5, from_token=40)
+    got = _judged(trial, base, False)
+    assert (got["valid"], got["fault"]) == (False, "bench_mismatch")
+    assert "replies at c=4 left the baseline's reply" in got["why_invalid"]
+    assert "request c=4/r0/5" in got["why_invalid"] and "diverged at token 40" in got["why_invalid"]
+    assert "trial: '" in got["why_invalid"]  # the text at the divergence, both sides
+    assert _judged(_garbage(base, after_request=8), base, False)["fault"] is None  # nothing changed: nothing found
+
+
+def test_garbage_only_at_the_highest_concurrency_is_wrong_there():
+    real = _real()
+    c1, c4 = real["baseline"]["True"]
+    assert _judged(c1, c1, True)["fault"] is None
+    got = _judged(_garbage(c4, from_token=48), c4, True)
+    assert got["fault"] == "bench_mismatch" and got["level"] == "c=4" and "request c=4/r0/0" in got["why_invalid"]
+
+
+def test_a_stream_whose_text_is_not_its_tokens_is_a_mismatch():
+    """A STUB that rewrites the text and forwards the real tokens: the same tokens cannot spell another text."""
+    base = _real()["baseline"]["False"][0]
+    replies = [dict(r) for r in base["replies"]]
+    replies[3] = {**replies[3], "text": replies[3]["text"][:100] + " and the garden of history"}
+    got = _judged({**base, "replies": replies}, base, False)
+    assert got["fault"] == "bench_mismatch" and "the same 64 tokens as the baseline's, but another text" in got["why_invalid"]
