@@ -84,7 +84,7 @@ def _side_gap(own: list, other_token: str) -> tuple[float, str]:
     """How much likelier this side found its own token than the other side's choice: exact when
     that token is in its list; else at least the list's spread (chosen - last listed), as
     ``probes._spread`` bounds a cut list. Lenient on purpose: a three-way near-tie happens — two of
-    34 healthy divergences measured (flash attention on, bench/bench_replies.py) chose the
+    63 healthy divergences measured (flash attention on, KV q8_0; bench/bench_replies.py) chose the
     baseline's third token, with the baseline's top-2 0.08 and 0.00 nats apart."""
     lp = own[1]
     if not isinstance(lp, (int, float)) or not math.isfinite(lp):
