@@ -13,7 +13,7 @@ Definitions (the same as ``vllm bench serve``, so the two agree; bench/agreement
   * ITL: gaps between consecutive text chunks, over all requests
   * E2E: request sent -> stream finished
   * output tokens: counted from the stream itself — one logprobs entry per token (the requests
-    ask for the chosen token's logprob) — and checked against the server's ``usage``: a ``usage``
+    ask for each token's logprob and its runner-up) — and checked against the server's ``usage``: a ``usage``
     above the count by more than ``USAGE_SLACK`` (an end token the stream does not show) is a
     ``usage_mismatch`` fault (a speculative decoder counting drafted tokens, say). Without logprobs
     (an engine that gives none) ``usage`` counts, checked against the text chunks: one chunk may
@@ -31,7 +31,7 @@ Judgement per reply and per level (``summarize``, ``check_against_baseline``):
     of the level are a ``fault`` (``bench_errors``);
   * prompts are deterministic per request index (seed and index), so the baseline and a trial
     send the same requests; each level keeps its replies' lengths by index (``lens``) and the
-    replies themselves (``replies``: text and chosen tokens with logprobs, by request key). A reply
+    replies themselves (``replies``: text, tokens with logprob and runner-up, by request key). A reply
     far shorter than the baseline's for the same request (< ``early_stop_ratio``) is an
     ``early_stop`` fault: garbage that ends early never ranks as fast;
   * every reply is compared with the baseline's reply to the same request
@@ -62,8 +62,9 @@ TOKENS_PER_WORD_ESTIMATE = 1.3
 # a small model may loop legitimately (past EOS under ignore_eos, or after a near-tie flip): judged
 # against the baseline's same request, not as a fault of the engine by themselves
 LOOP_FINDINGS = ("degenerate_repetition",)
-# ``usage`` may count this many tokens more than the stream showed (the end token, which carries no
-# text or logprob entry in llama.cpp/vLLM), plus USAGE_SLACK_SHARE of the reply
+# ``usage`` may differ from the stream's logprobs entries by this many tokens (an end token counted
+# on one side only), plus USAGE_SLACK_SHARE of the reply. Measured: llama-server's usage was within it on
+# all 192 real replies of bench/bench_replies.py, EOS-stopped ones included
 USAGE_SLACK, USAGE_SLACK_SHARE = 2, 0.02
 # alternatives asked per bench token: the chosen one is the first under greedy, the second is the
 # runner-up a healthy near-tie flip picks (a few dozen bytes per token more than the chosen one alone)
