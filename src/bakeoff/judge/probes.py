@@ -1097,7 +1097,8 @@ def results_to_json(collected: dict, bench_levels: list[dict] | None = None) -> 
     if collected.get("lm_eval"):
         out["lm_eval"] = collected["lm_eval"]
     if bench_levels is not None:
-        out["bench"] = [{k: lv.get(k) for k in ("level", "lens", "repeats", "replies")} for lv in bench_levels]
+        out["bench"] = [{**{k: lv.get(k) for k in ("level", "lens", "repeats")},
+                         **({"replies": lv["replies"]} if lv.get("replies") else {})} for lv in bench_levels]
     return out
 
 
