@@ -26,10 +26,10 @@ absolute detectors still read it); a reply that reproduces the baseline's tokens
 text is a ``text_mismatch``.
 
 ``judge_level`` turns the per-reply differences into the level's verdict: any reply that leaves
-the baseline at a token the baseline was sure of is ``bench_mismatch`` (the trial is ``wrong``),
-with the request key, the level and the text at the divergence as evidence.
-Measured on the real llama-server (SmolLM2-135M Q4_1, bench/bench_replies.py, healthy changes:
-flash attention on/off, KV cache q8_0, threads): see ``TEXT_DIVERGE_SHARE`` and the tests.
+the baseline's where no near-tie explains it is ``bench_mismatch`` (the trial is ``wrong``), with
+the request key, the level and the text at the divergence as evidence. Measured on the real
+llama-server (SmolLM2-135M Q4_1, bench/bench_replies.py: the baseline relaunched, flash attention
+on, KV cache q8_0): docs/notes/judge-thresholds.md (2026-12-04) and tests/test_bench_replies.py.
 """
 
 from __future__ import annotations
