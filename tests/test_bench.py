@@ -337,7 +337,8 @@ def test_real_llama_server_bench(llama_server):
     cfg = Bench(concurrency=[2], requests_per_level=2, warmup_requests=1, input_tokens=24, output_tokens=12, **ONE_PASS)
     (s,) = measure.run(llama_server, cfg, model="smollm2", ignore_eos=True, expect_logprobs=True)
     assert s.valid, s.why_invalid
-    assert s.errors == 0 and s.completed == 2 and s.tokens_by == "usage"
+    # counted from the stream (one logprobs entry per token) and checked against usage: no usage_mismatch
+    assert s.errors == 0 and s.completed == 2 and s.tokens_by == "logprobs"
     assert s.output_tokens == 2 * 12 and s.short_outputs == 0  # ignore_eos honoured: full-length outputs
     assert s.prompt_tokens_by == "server"
     assert s.ttft_ms["p50"] > 0 and s.tpot_ms["p50"] > 0 and s.output_tok_s > 0

@@ -142,3 +142,44 @@ def test_tokens_per_joule_ride_with_the_recommendation_but_do_not_rank(tmp_path)
     assert "per joule" not in d.headline
     # the baseline recommended: its own figure with its interval, not only the noise band
     assert d.headline.startswith("Recommended: the baseline — 100 output tok/s at c=4 (95 % CI 94.1–107, 2 runs); no configuration")
+
+
+def _levels_rec(p, levels: dict) -> TrialRecord:
+    """A trial with levels ``{name: samples or None}`` (None: invalid, one failed request)."""
+    lvs = [{"level": name, "valid": xs is not None, "output_tok_s": sum(xs) / len(xs) if xs else 0.0,
+            "samples": {"output_tok_s": xs} if xs else {},
+            **({} if xs else {"why_invalid": "1/8 requests failed (12%), e.g. HTTP 500"})} for name, xs in levels.items()]
+    return TrialRecord(key=p.key, idx=p.idx, config=dict(p.config), changed=list(p.changed), argv=["llama-server"],
+                       env={}, state="finished", verdict="ok", metrics={"levels": lvs}, identity="i")
+
+
+def test_a_trial_is_compared_with_the_baseline_at_the_same_level_only(tmp_path):
+    """Issue 23 item 8: one failed request at c=4 moved the baseline's figure to c=1; two identical
+    configurations then read "3.01x faster beyond the noise" (c=4 against c=1)."""
+    s = _spec()
+    p = make_plan(s)
+    c1, c4 = [100.0, 101.0, 99.0, 100.5, 99.5], [300.0, 302.0, 298.0, 301.0, 299.0]
+    recs = [_levels_rec(p[0], {"c=1": c1, "c=4": None}), _levels_rec(p[1], {"c=1": c1, "c=4": c4}),
+            _levels_rec(p[2], {"c=1": c1, "c=4": c4})]
+    with _store(tmp_path, s, recs) as store:
+        d = decide.load(store)
+        final = {t.key: t for t in store.current()}
+    assert d.winner.key == p[0].key, d.headline
+    assert final[p[1].key].metrics["vs_baseline"]["call"] == "tie"
+    assert abs(final[p[1].key].metrics["ratio_vs_baseline"] - 1.0) < 0.01
+
+
+def test_a_trial_that_could_not_hold_the_baselines_level_is_said_so_not_ranked(tmp_path):
+    s = _spec()
+    p = make_plan(s)
+    c1, c4 = [100.0, 101.0, 99.0, 100.5, 99.5], [300.0, 302.0, 298.0, 301.0, 299.0]
+    recs = [_levels_rec(p[0], {"c=1": c1, "c=4": c4}), _levels_rec(p[1], {"c=1": [150.0, 151.0, 149.0, 150.5, 149.5], "c=4": None}),
+            _levels_rec(p[2], {"c=1": c1, "c=4": [290.0, 292.0, 288.0, 291.0, 289.0]})]
+    with _store(tmp_path, s, recs) as store:
+        d = decide.load(store)
+        final = {t.key: t for t in store.current()}
+    lost = final[p[1].key]
+    assert d.winner.key == p[0].key
+    assert "vs_baseline" not in lost.metrics and lost.verdict != "slow"
+    assert "could not hold c=4" in lost.detail and "could not hold c=4" in d.verdicts[p[1].key]["caution"]
+    assert [f.key for f in d.fallbacks][-1] == p[1].key  # after every trial measured at the baseline's level

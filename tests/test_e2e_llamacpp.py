@@ -75,6 +75,15 @@ def test_store_has_every_trial_with_its_single_change(sweep):
             assert lv["tpot_ms"]["p50"] > 0
         assert "ready" in t.phases and t.phases["ready"] > 0
     assert "--flash-attn" in fa.argv and fa.argv[fa.argv.index("--flash-attn") + 1] == "on"
+    # every bench reply of the trial was compared with the baseline's reply to the same request
+    # (issue 23): the baseline's artifact keeps them by request key, the trial's metrics do not
+    with Store(sweep["dir"]) as store:
+        ref = store.artifact(base.key, "probes")["bench"]
+    assert [lv["level"] for lv in ref] == ["c=1", "c=4"]
+    for lv in ref:
+        assert lv["replies"] and all(r["key"].startswith(lv["level"] + "/r") and r["toks"] for r in lv["replies"])
+        assert all(len(t[2]) == 2 for r in lv["replies"] for t in r["toks"])  # each token's runner-up came back
+    assert all("replies" not in lv and lv["tokens_by"] == "logprobs" for t in (base, fa) for lv in t.metrics["levels"])
 
 
 def test_refused_config_is_crashed_with_the_log_line_quickly(sweep):

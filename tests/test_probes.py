@@ -567,6 +567,14 @@ def timed(text_tokens: list[str], lp=-0.1, finish="stop", error=None) -> Result:
     return r
 
 
+def near(text_tokens: list[str], at: int) -> Result:
+    """``timed``, with token ``at`` chosen at p = 0.5: a divergence there can be a near-tie flip
+    (bench_replies.logit_floor 0), elsewhere a token chosen at p = 0.9 cannot (floor 2.25 nats)."""
+    r = timed(text_tokens)
+    r.tokens[at] = tok(text_tokens[at], -0.69)
+    return r
+
+
 def test_a_level_with_failed_requests_is_never_ranked_and_past_2_percent_is_a_fault():
     ok = [timed(["a", " b", " c"]) for _ in range(49)]
     one = benchmod.summarize("c=4", ok + [Result(error="HTTP 500: boom")], 1.0)
@@ -581,10 +589,10 @@ def test_nan_logprobs_in_a_bench_reply_are_a_fault():
     assert (lv.valid, lv.fault) == (False, "nonfinite_logprobs")
 
 
-def test_bench_requests_ask_for_the_chosen_token_logprob_only():
+def test_bench_requests_ask_for_the_chosen_token_logprob_and_its_runner_up():
     cfg = spec.Bench()
     body = benchmod.request_body(cfg, "hi", model=None, ignore_eos=False, logprobs=True)
-    assert body["logprobs"] is True and "top_logprobs" not in body
+    assert body["logprobs"] is True and body["top_logprobs"] == 2
     assert "logprobs" not in benchmod.request_body(cfg, "hi", model=None, ignore_eos=False)
 
 
@@ -623,10 +631,10 @@ def test_without_ignore_eos_one_short_reply_in_forty_is_listed_not_a_fault():
     ignore_eos none may."""
     long_ = [f" t{i}" for i in range(30)]
     base = benchmod.summarize("c=4", [timed(["w"] * 2 + long_) for _ in range(40)], 1.0).to_json()
-    one = [timed(["w"] * 2 + long_) for _ in range(39)] + [timed(["w", " t0", " t1"])]
+    one = [timed(["w"] * 2 + long_) for _ in range(39)] + [timed(["w", "w", " t0"])]  # the baseline's first tokens, then EOS
     lv = benchmod.check_against_baseline(benchmod.summarize("c=4", one, 1.0).to_json(), base)
     assert lv["valid"] and lv["fault"] is None and lv["short_tolerated"] == ["request 39: 3 tokens vs 32"]
-    three = [timed(["w"] * 2 + long_) for _ in range(37)] + [timed(["w", " t0", " t1"])] * 3
+    three = [timed(["w"] * 2 + long_) for _ in range(37)] + [timed(["w", "w", " t0"])] * 3
     assert benchmod.check_against_baseline(benchmod.summarize("c=4", three, 1.0).to_json(), base)["fault"] == "early_stop"
     forced = benchmod.check_against_baseline(benchmod.summarize("c=4", one, 1.0).to_json(), base, max_tokens=32, ignore_eos=True)
     assert forced["fault"] == "early_stop"
@@ -636,8 +644,8 @@ def test_one_new_loop_in_forty_bench_replies_is_listed_more_is_a_fault():
     """Measured on the real engine (bench/judge_margins.py, flash attention on, round 3): a
     healthy near-tie flip sent 1 of 40 bench replies into "' Day' repeated 48 times"."""
     long_ = [f" t{i}" for i in range(30)]
-    loop = timed(["w"] * 2 + [" the", " day", " is", " long"] * 8)
-    base = benchmod.summarize("c=4", [timed(["w"] * 2 + long_) for _ in range(40)], 1.0).to_json()
+    loop = near(["w"] * 2 + [" the", " day", " is", " long"] * 8, 2)  # after a near-tie flip at token 2
+    base = benchmod.summarize("c=4", [near(["w"] * 2 + long_, 2) for _ in range(40)], 1.0).to_json()
     one = benchmod.summarize("c=4", [timed(["w"] * 2 + long_) for _ in range(39)] + [loop], 1.0).to_json()
     assert one["fault"] is None and one["repeats"] == [39]
     lv = benchmod.check_against_baseline(one, base)
@@ -647,21 +655,22 @@ def test_one_new_loop_in_forty_bench_replies_is_listed_more_is_a_fault():
 
 
 def test_repetition_under_ignore_eos_is_excused_only_where_the_baseline_loops_too():
-    loop = timed(["Once"] + [" upon", " a", " time"] * 10)
-    fine = timed(["w"] * 2 + [f" t{i}" for i in range(30)])
+    loop = near(["Once"] + [" upon", " a", " time"] * 10, 0)
+    fine = near(["w"] * 2 + [f" t{i}" for i in range(30)], 0)
     base = benchmod.summarize("c=2", [loop, fine], 1.0, ignore_eos=True).to_json()
     assert base["valid"] and base["repeats"] == [0]
     same = benchmod.check_against_baseline(benchmod.summarize("c=2", [loop, fine], 1.0, ignore_eos=True).to_json(), base)
     assert same["fault"] is None
-    # a loop that moved to another request (one new, one gone): what a near-tie flip does, either way
-    moved = benchmod.check_against_baseline(benchmod.summarize("c=2", [fine, loop], 1.0, ignore_eos=True).to_json(), base)
-    assert moved["fault"] is None and moved["loops_tolerated"] == ["request 1"]
-    # five new loops and none of the baseline's gone: a sign test's p = 1/32, beyond chance
+    # a loop that moved to another request (one new, one gone): what a near-tie flip does, either
+    # way; a share of the level (LOOP_SHARE, 10 %): one in twelve
     base12 = benchmod.summarize("c=4", [loop] + [fine] * 11, 1.0, ignore_eos=True).to_json()
+    moved = benchmod.check_against_baseline(benchmod.summarize("c=4", [fine, loop] + [fine] * 10, 1.0, ignore_eos=True).to_json(), base12)
+    assert moved["fault"] is None and moved["loops_tolerated"] == ["request 1"]
+    # five new loops: beyond the share, whatever the baseline lost
     new = benchmod.check_against_baseline(
         benchmod.summarize("c=4", [loop] * 6 + [fine] * 6, 1.0, ignore_eos=True).to_json(), base12)
     assert new["fault"] == "degenerate_repetition"
-    assert "requests [1, 2, 3, 4, 5] loop where the baseline's same requests do not (5 new loops vs 0" in new["why_invalid"]
+    assert "requests [1, 2, 3, 4, 5] loop where the baseline's same requests do not (5/12 new loops" in new["why_invalid"]
 
 
 def test_loops_moving_both_ways_are_near_tie_flips_not_faults():
@@ -669,8 +678,8 @@ def test_loops_moving_both_ways_are_near_tie_flips_not_faults():
     27 looped where the baseline's did not, and the baseline's loop on request 12 was gone: 3 new vs
     1 gone, a sign test's p = 0.31. Requests past the baseline's count (more repetitions) have no
     partner: their loops count as new."""
-    loop = timed(["Once"] + [" upon", " a", " time"] * 10)
-    fine = timed(["w"] * 2 + [f" t{i}" for i in range(30)])
+    loop = near(["Once"] + [" upon", " a", " time"] * 10, 0)
+    fine = near(["w"] * 2 + [f" t{i}" for i in range(30)], 0)
     base = benchmod.summarize("c=1", [loop if i == 12 else fine for i in range(36)], 1.0, ignore_eos=True).to_json()
     trial = benchmod.summarize("c=1", [loop if i in (11, 14, 27) else fine for i in range(36)], 1.0, ignore_eos=True).to_json()
     lv = benchmod.check_against_baseline(trial, base, ignore_eos=True)

@@ -56,6 +56,7 @@ class Objective:
     samples: list[float]  # one value per repetition
     higher_is_better: bool = True
     where: str | None = None  # the load level the figure was measured at, when it differs by trial (SLO search)
+    level: str | None = None  # the load level of a per-level figure (output tok/s at c=N): compared only with the same level
 
     @property
     def value(self) -> float:
@@ -73,10 +74,30 @@ def objective_of(rec: TrialRecord) -> Objective | None:
     valid = [lv for lv in m.get("levels") or [] if lv.get("valid")]
     if not valid:
         return None
-    top = valid[-1]
-    samples = (top.get("samples") or {}).get("output_tok_s") or [top.get("output_tok_s")]
+    return _level_objective(valid[-1])
+
+
+def _level_objective(lv: dict) -> Objective | None:
+    samples = (lv.get("samples") or {}).get("output_tok_s") or [lv.get("output_tok_s")]
     samples = [float(x) for x in samples if x]
-    return Objective(f"output tok/s at {top['level']}", samples) if samples else None
+    return Objective(f"output tok/s at {lv['level']}", samples, level=lv["level"]) if samples else None
+
+
+def objective_at(rec: TrialRecord, base_obj: Objective | None) -> tuple[Objective | None, str | None]:
+    """The trial's figure to compare with the baseline's ``base_obj``: at the baseline's own load
+    level, never another one (a trial whose top valid level is lower or higher than the
+    baseline's is compared where both were measured). Returns ``(objective, why_not)``: no
+    objective, and why, when the trial could not hold the level the baseline held."""
+    obj = objective_of(rec)
+    if base_obj is None or base_obj.level is None or obj is None or obj.level == base_obj.level:
+        return obj, None
+    lv = next((x for x in (rec.metrics or {}).get("levels") or [] if x.get("level") == base_obj.level), None)
+    if lv is None:
+        return None, f"not measured at {base_obj.level}, the level the baseline is ranked at"
+    if not lv.get("valid"):
+        return None, (f"could not hold {base_obj.level}, the level the baseline held "
+                      f"({lv.get('why_invalid') or 'invalid'}); not ranked against it")
+    return _level_objective(lv), None
 
 
 # -- the decision --------------------------------------------------------------------------
@@ -397,7 +418,10 @@ def _final(t: TrialRecord, base: TrialRecord | None, base_obj: Objective | None,
             info["caution"] = ("not compared with the baseline: it ran while the baseline had not passed, and its "
                                "answers were not judged against the baseline's since; `bakeoff run` again re-judges it")
             detail = f"{info['caution']}; {detail or ''}".rstrip("; ")
-        obj = objective_of(t)
+        obj, why_not = objective_at(t, base_obj)
+        if why_not:
+            info["caution"] = f"{info['caution']}; {why_not}" if info.get("caution") else why_not
+            detail = f"{detail or ''}; {why_not}".lstrip("; ")
         if not (obj and base_obj):
             r = None
         elif paired is not None:  # it raced: its paired blocks, side by side with the baseline's launches
@@ -434,6 +458,7 @@ def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None,
                           "had not passed and were judged by the absolute checks only: never recommended; "
                           "`bakeoff run` again re-judges them against the baseline")
         correct = [t for t in correct if t not in unjudged]
+    at = {t.key: objective_at(t, base_obj)[0] for t in correct}  # figures at the baseline's level only
     if not correct:
         d.headline = "No configuration passed correctness: nothing to recommend."
         if base is not None and not d.baseline_ok:
@@ -445,8 +470,12 @@ def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None,
         return Ratio.from_json(v) if v else None
 
     def rank_key(t: TrialRecord):
-        o = objective_of(t)
-        return -(o.value if o.higher_is_better else -o.value)
+        """At the baseline's level first; a trial that could not hold it after every one that did."""
+        o = at[t.key]
+        if o is None:
+            o = objective_of(t)
+            return (1, -(o.value if o.higher_is_better else -o.value))
+        return (0, -(o.value if o.higher_is_better else -o.value))
 
     ranked = sorted(correct, key=rank_key)
     faster = [t for t in ranked if t.changed and t.verdict == "ok" and (r := ratio(t)) is not None and r.call == "better"]
@@ -476,7 +505,8 @@ def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None,
             d.headline = (f"Recommended: the baseline — {d.baseline_figure or _value(base, interval=True)}; no configuration is faster than the baseline beyond the noise{noise}"
                           + (f"; {len(tied)} tied with it" if tied else "") + f" (ranked by {_where(d.objective, base, None)})"
                           + f"{_energy(base, None)}.")
-        if all((r := ratio(t)) is None or r.lo is None for t in ranked if t.changed) and any(t.changed for t in ranked):
+        rs = [r for t in ranked if t.changed and (r := ratio(t)) is not None]
+        if rs and all(r.lo is None for r in rs):
             d.cautions.append("the speed figures have no interval (fewer than two repetitions): set bench.repetitions "
                               "to 2 or more before calling any configuration faster")
     d.objective = d.objective or (objective_of(win).name if objective_of(win) else "")

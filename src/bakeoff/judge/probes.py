@@ -1394,7 +1394,7 @@ def _summary(values: dict) -> str:
 
 def results_to_json(collected: dict, bench_levels: list[dict] | None = None) -> dict:
     """What the store keeps of a probe run (and, for the baseline's reference, its benchmark's
-    per-request reply lengths: ``bench`` = [{level, lens, repeats}])."""
+    per-request reply lengths and replies: ``bench`` = [{level, lens, repeats, replies}])."""
     out = {
         "results": {m: {k: asdict(r) for k, r in items.items()} for m, items in collected["results"].items()},
         "texts": {m: items for m, items in (collected.get("texts") or {}).items() if m != "single"},
@@ -1406,7 +1406,8 @@ def results_to_json(collected: dict, bench_levels: list[dict] | None = None) -> 
     if collected.get("lm_eval"):
         out["lm_eval"] = collected["lm_eval"]
     if bench_levels is not None:
-        out["bench"] = [{k: lv.get(k) for k in ("level", "lens", "repeats")} for lv in bench_levels]
+        out["bench"] = [{**{k: lv.get(k) for k in ("level", "lens", "repeats")},
+                         **({"replies": lv["replies"]} if lv.get("replies") else {})} for lv in bench_levels]
     return out
 
 

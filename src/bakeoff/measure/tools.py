@@ -10,7 +10,14 @@ file into the same ``LevelStats``. Field names come from the tools' sources:
   * aiperf ``profile_export_aiperf.json`` (one object per metric tag with unit/avg/pNN:
     time_to_first_token, inter_token_latency, inter_chunk_latency, request_latency,
     output_token_throughput, request_throughput, benchmark_duration, request_count, ...)
-Where the tool saved the generated texts, the same absolute detectors run on them.
+Where the tool saved the generated texts (vllm ``--save-detailed``, sglang ``--output-details``),
+they are judged like bakeoff's own replies (``judge_tool_level``): the absolute detectors, a loop
+counted per request against the baseline's same request, and each text against the baseline's
+text for the same request (same seed, same dataset, same order: the same prompts) by
+``measure.bench.check_against_baseline``; the tool's token counts (``usage``) are checked against
+a local tokenizer's count of the texts where one is at hand (``bench.tokenizer``). Failed requests
+count like the own bench's: any makes the level unrankable, more than ``max_error_share`` is a
+``bench_errors`` fault. aiperf's export holds no reply texts: only its failed requests count.
 """
 
 from __future__ import annotations
@@ -142,35 +149,66 @@ def _pick(data: dict, metric: str, keys: dict[str, str]) -> dict:
 _VLLM_KEYS = {"mean": "mean_{m}_ms", "p50": "median_{m}_ms", "p90": "p90_{m}_ms", "p99": "p99_{m}_ms"}
 
 
-def _judge_texts(stats: LevelStats, texts: list[str] | None, errors: list[str] | None, ignore_eos: bool) -> LevelStats:
-    """Run the absolute detectors on the texts a tool saved; mark the level like bakeoff's own."""
+# a local tokenizer's count of a reply's text may differ from the engine's count by re-tokenization
+# at piece boundaries (a few tokens, a few per cent); beyond this the tool's count is not the stream's
+TOOL_COUNT_SLACK, TOOL_COUNT_SHARE = 3, 0.10
+
+
+def judge_tool_level(stats: LevelStats, texts: list[str] | None, errors: list[str] | None, *, ignore_eos: bool,
+                     output_lens: list | None = None, max_error_share: float = 0.02, counter=None) -> LevelStats:
+    """Judge a tool's level like bakeoff's own (``bench.summarize``): detector findings are a
+    ``fault``, a loop alone is kept per request (``repeats``) for the baseline comparison,
+    failed requests make the level unrankable and past ``max_error_share`` a ``bench_errors``
+    fault; ``counter`` (text -> tokens, a local tokenizer) checks the tool's token counts."""
+    from bakeoff.judge.bench_replies import compact
     from bakeoff.measure.bench import LOOP_FINDINGS
 
+    errs = list(errors or [])
+    found: list[str] = []
     if texts is not None:
-        errs = errors or [""] * len(texts)
-        found = []
-        for text, err in zip(texts, errs):
+        errs = errs + [""] * (len(texts) - len(errs))
+        lens = list(output_lens or [])
+        for i, (text, err) in enumerate(zip(texts, errs)):
             if err:
                 continue
             f = detect(Result(text=text or ""), expect_logprobs=False)
-            if ignore_eos:
-                f = [x for x in f if not x.startswith(LOOP_FINDINGS)]
+            if f and all(x.startswith(LOOP_FINDINGS) for x in f):
+                stats.repeats.append(i)
+                f = []
+            n = lens[i] if i < len(lens) else None
+            if counter is not None and isinstance(n, int) and text:
+                counted = counter(text)
+                if abs(n - counted) > TOOL_COUNT_SLACK + TOOL_COUNT_SHARE * counted:
+                    f.append(f"usage_mismatch: request {i}: {stats.tool} counted {n} output tokens, its text has "
+                             f"{counted} ({n / max(counted, 1):.2f}x)")
             if f:
                 found.append(f[0])
-        stats.invalid = len(found)
-        if found:
-            stats.valid = False
-            stats.why_invalid = f"{len(found)}/{stats.completed} responses failed detectors, e.g. {found[0]}"
-    if errors:
-        first = next((e for e in errors if e), None)
-        stats.first_error = first[-300:] if first else None
+        if not ignore_eos and len(stats.repeats) > int(0.05 * len(texts)):  # as bench.summarize: more than a flip explains
+            found += [f"degenerate_repetition: request {i} loops" for i in stats.repeats]
+        stats.lens = [None if e else (lens[i] if i < len(lens) else None) for i, e in enumerate(errs[:len(texts)])]
+        stats.replies = [None if e else {"key": f"{stats.level}/{i}", **compact(Result(text=t or ""))}
+                         for i, (t, e) in enumerate(zip(texts, errs))]
+    stats.invalid = len(found)
+    first = next((e for e in errs if e), None)
+    stats.first_error = first[-300:] if first else stats.first_error
     if stats.completed == 0:
-        stats.valid = False
+        stats.valid, stats.fault = False, "bench_errors"
         stats.why_invalid = f"all {stats.requests} requests failed, e.g. {stats.first_error or '-'}"
+    elif found:
+        stats.valid, stats.fault = False, found[0].split(":")[0]
+        stats.why_invalid = f"{len(found)}/{stats.completed} responses failed detectors, e.g. {found[0]}"
+    elif stats.errors:
+        share = stats.errors / max(stats.requests, 1)
+        stats.valid = False  # never ranked: its throughput leaves the failures out
+        stats.why_invalid = f"{stats.errors}/{stats.requests} requests failed ({share:.0%}), e.g. {stats.first_error or '-'}"
+        if share > max_error_share:
+            stats.fault = "bench_errors"
+            stats.why_invalid += f"; more than {max_error_share:.0%} of the level"
     return stats
 
 
-def parse_vllm(data: dict, level: str, *, ignore_eos: bool = False) -> LevelStats:
+def parse_vllm(data: dict, level: str, *, ignore_eos: bool = False, max_error_share: float = 0.02,
+               counter=None) -> LevelStats:
     """A ``vllm bench serve --save-result`` JSON object -> LevelStats."""
     completed = int(data.get("completed", 0))
     failed = int(data.get("failed", len([e for e in data.get("errors") or [] if e])))
@@ -184,10 +222,12 @@ def parse_vllm(data: dict, level: str, *, ignore_eos: bool = False) -> LevelStat
         input_tokens=int(data.get("total_input_tokens", 0)), output_tokens=int(data.get("total_output_tokens", 0)),
         tokens_by="vllm", tool="vllm",
     )
-    return _judge_texts(stats, data.get("generated_texts"), data.get("errors"), ignore_eos)
+    return judge_tool_level(stats, data.get("generated_texts"), data.get("errors"), ignore_eos=ignore_eos,
+                            output_lens=data.get("output_lens"), max_error_share=max_error_share, counter=counter)
 
 
-def parse_sglang(data: dict, level: str, *, ignore_eos: bool = False) -> LevelStats:
+def parse_sglang(data: dict, level: str, *, ignore_eos: bool = False, max_error_share: float = 0.02,
+                 counter=None) -> LevelStats:
     """One line of ``sglang.bench_serving --output-file`` JSONL -> LevelStats."""
     keys = {"mean": "mean_{m}_ms", "p50": "median_{m}_ms", "p90": "p90_{m}_ms", "p99": "p99_{m}_ms"}
     completed = int(data.get("completed", 0))
@@ -202,10 +242,12 @@ def parse_sglang(data: dict, level: str, *, ignore_eos: bool = False) -> LevelSt
         input_tokens=int(data.get("total_input_tokens", 0)), output_tokens=int(data.get("total_output_tokens", 0)),
         tokens_by="sglang", tool="sglang",
     )
-    return _judge_texts(stats, data.get("generated_texts"), errors, ignore_eos)
+    return judge_tool_level(stats, data.get("generated_texts"), errors, ignore_eos=ignore_eos,
+                            output_lens=data.get("output_lens"), max_error_share=max_error_share, counter=counter)
 
 
-def parse_aiperf(data: dict, level: str, *, ignore_eos: bool = False) -> LevelStats:
+def parse_aiperf(data: dict, level: str, *, ignore_eos: bool = False, max_error_share: float = 0.02,
+                 counter=None) -> LevelStats:
     """``profile_export_aiperf.json`` -> LevelStats. aiperf's ``inter_token_latency`` is per request
     (latency - TTFT) / (tokens - 1), i.e. TPOT; its ``inter_chunk_latency`` is the ITL."""
 
@@ -234,7 +276,7 @@ def parse_aiperf(data: dict, level: str, *, ignore_eos: bool = False) -> LevelSt
     )
     first = next(iter(data.get("error_summary") or []), None)
     errs = [str((first or {}).get("error_details"))] if first else None
-    return _judge_texts(stats, None, errs, ignore_eos)
+    return judge_tool_level(stats, None, errs, ignore_eos=ignore_eos, max_error_share=max_error_share)
 
 
 # -- running ----------------------------------------------------------------------------------
@@ -246,6 +288,7 @@ def run_tool(base_url: str, cfg: Bench, *, model: str | None, ignore_eos: bool, 
     import tempfile
 
     tok = cfg.tokenizer or model
+    counter = text_counter(cfg.tokenizer)
     out: list[LevelStats] = []
     root = Path(workdir or tempfile.mkdtemp(prefix=f"bakeoff-{cfg.tool}-"))
     for i, (name, conc, rate) in enumerate(levels_of(cfg)):
@@ -266,7 +309,8 @@ def run_tool(base_url: str, cfg: Bench, *, model: str | None, ignore_eos: bool, 
         except (OSError, subprocess.TimeoutExpired) as err:
             failure = f"{type(err).__name__}: {err}"
         try:
-            stats = None if failure else parse_result_dir(cfg.tool, d, name, ignore_eos=ignore_eos)
+            stats = None if failure else parse_result_dir(cfg.tool, d, name, ignore_eos=ignore_eos,
+                                                          max_error_share=cfg.max_error_share, counter=counter)
         except (OSError, ValueError, KeyError) as err:
             failure = f"result file unreadable: {err}"
             stats = None
@@ -278,17 +322,29 @@ def run_tool(base_url: str, cfg: Bench, *, model: str | None, ignore_eos: bool, 
     return out
 
 
-def parse_result_dir(tool: str, d: Path, level: str, *, ignore_eos: bool = False) -> LevelStats:
+def text_counter(tokenizer: str | None):
+    """text -> token count by a local HF tokenizer (``bench.tokenizer``), or None without one."""
+    from bakeoff.measure.bench import _local_tokenizer
+
+    local = _local_tokenizer(tokenizer)
+    if local is None:
+        return None
+    return lambda text: len(local.encode(text, add_special_tokens=False))
+
+
+def parse_result_dir(tool: str, d: Path, level: str, *, ignore_eos: bool = False, max_error_share: float = 0.02,
+                     counter=None) -> LevelStats:
     """Find and parse the result file ``tool`` wrote into ``d``."""
+    kw = dict(ignore_eos=ignore_eos, max_error_share=max_error_share, counter=counter)
     if tool == "vllm":
-        return parse_vllm(json.loads((d / "result.json").read_text()), level, ignore_eos=ignore_eos)
+        return parse_vllm(json.loads((d / "result.json").read_text()), level, **kw)
     if tool == "sglang":
         lines = [ln for ln in (d / "result.jsonl").read_text().splitlines() if ln.strip()]
-        return parse_sglang(json.loads(lines[-1]), level, ignore_eos=ignore_eos)
+        return parse_sglang(json.loads(lines[-1]), level, **kw)
     # aiperf >= 0.13 also writes one file per phase (phases/warmup/..., phases/profiling/...):
     # the top-level one is the profiling phase's
     found = [p for p in (d / "profile_export_aiperf.json", d / "phases" / "profiling" / "profile_export_aiperf.json") if p.exists()]
     found = found or sorted(p for p in d.rglob("profile_export_aiperf.json") if "warmup" not in p.parts)
     if not found:
         raise ValueError(f"no profile_export_aiperf.json under {d}")
-    return parse_aiperf(json.loads(found[0].read_text()), level, ignore_eos=ignore_eos)
+    return parse_aiperf(json.loads(found[0].read_text()), level, ignore_eos=ignore_eos, max_error_share=max_error_share)

@@ -54,10 +54,11 @@ def figure(rec: "TrialRecord") -> float | None:
 
 def gain(rec: "TrialRecord", base: "TrialRecord"):
     """``decide.stats.Ratio`` of ``rec`` over the baseline, or None without figures."""
-    from bakeoff.decide import objective_of
+    from bakeoff.decide import objective_at, objective_of
     from bakeoff.decide.stats import ratio_interval
 
-    o, b = objective_of(rec), objective_of(base)
+    b = objective_of(base)
+    o = objective_at(rec, b)[0]  # at the baseline's load level, never another
     if o is None or b is None:
         return None
     return ratio_interval(o.samples, b.samples, higher_is_better=o.higher_is_better)

@@ -284,6 +284,7 @@ class TrialRunner:
             if role == "baseline":  # the reference reply lengths of every benchmark request
                 self.store.put_artifact(rec.key, "probes", probes.results_to_json(collected, levels))
             faults = [lv for lv in levels if lv.get("fault")]
+            levels = [{k: v for k, v in lv.items() if k != "replies"} for lv in levels]  # replies: the artifact only
             metrics = {"probe": outcome.values, "levels": levels, **bench.headline(levels),
                        "checks_not_run": outcome.checks_not_run}
             if self.energy:
