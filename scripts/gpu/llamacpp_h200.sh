@@ -88,7 +88,10 @@ wait)
 sweep)
   cp scripts/gpu/llama-server-of-build.sh $LL/llama-server-of-build; chmod +x $LL/llama-server-of-build
   BUILT=$(cd $LL && ls -d build-sm*/ | sed 's/build-//; s,/,,' | tr '\n' ' '); SPEC=examples/h200-llamacpp.toml  # build folders, not logs
-  case "$BUILT" in *sm100*) ;; *) SPEC=$W/h200-llamacpp-sm90.toml; mkdir -p $W
+  # SWEEP_SPEC / SWEEP_NAME: another spec of the same build and model (examples/h200-aa.toml, -resolve.toml),
+  # swept into $W/$SWEEP_NAME (a second call with the same name resumes it); packed as $SWEEP_NAME.tar.gz
+  N=${SWEEP_NAME:-sweep}
+  case "$BUILT${SWEEP_SPEC:+ given}" in *given) SPEC=$SWEEP_SPEC;; *sm100*) ;; *) SPEC=$W/h200-llamacpp-sm90.toml; mkdir -p $W
     sed 's/values = \["sm90", "sm100"\]/values = ["sm90"]/' examples/h200-llamacpp.toml > $SPEC
     log "only $BUILT built: the sweep drops build=sm100 ($SPEC)";; esac
   for b in $BUILT; do
@@ -110,13 +113,14 @@ PY
   log "sweep $SPEC"
   [ -e $LL/builds.done ] || { log "builds not done: no sweep"; tail -5 $LL/build-*.log; }
   cap=${SWEEP_CAP_S:-$(( $(left) - 45 ))}; log "sweep cap ${cap}s"
-  timeout -s INT -k 20 $cap python3 -m bakeoff.cli run $SPEC --out $W/sweep > $W/sweep.out 2>&1
-  log "sweep rc=$?"; tail -5 $W/sweep.out | tee -a $LL/run.log
-  python3 -m bakeoff.cli report $W/sweep --html >> $LL/run.log 2>&1
-  python3 -m bakeoff.cli export $W/sweep >> $LL/run.log 2>&1
-  for f in $W/sweep/logs/*.log; do tail -n 300 "$f" > "$f.t" && mv "$f.t" "$f"; done
-  cp $LL/fingerprint.json $LL/build-times.txt $W/sweep/ 2>/dev/null; cp $W/sweep.out $W/sweep/sweep-stdout.txt
-  for b in $BUILT; do tail -n 40 $LL/build-$b.log > $W/sweep/build-$b.tail.txt; cp $LL/elf-$b.txt $LL/version-$b.txt $W/sweep/; done
-  cp $W/sweep/report.md $OUT/ 2>/dev/null; cp $LL/run.log $OUT/
-  tar -C $W -czf $OUT/results.tar.gz sweep; log "packed $(du -sh $OUT/results.tar.gz | cut -f1)" ;;
+  timeout -s INT -k 20 $cap python3 -m bakeoff.cli run $SPEC --out $W/$N >> $W/$N.out 2>&1
+  log "sweep rc=$?"; tail -5 $W/$N.out | tee -a $LL/run.log
+  python3 -m bakeoff.cli report $W/$N --html >> $LL/run.log 2>&1
+  python3 -m bakeoff.cli export $W/$N >> $LL/run.log 2>&1
+  mkdir -p $W/pack/$N; cp -r $W/$N/. $W/pack/$N/
+  for f in $W/pack/$N/logs/*.log; do tail -n 300 "$f" > "$f.t" && mv "$f.t" "$f"; done
+  cp $LL/fingerprint.json $LL/build-times.txt $W/pack/$N/ 2>/dev/null; cp $W/$N.out $W/pack/$N/sweep-stdout.txt
+  for b in $BUILT; do tail -n 40 $LL/build-$b.log > $W/pack/$N/build-$b.tail.txt; cp $LL/elf-$b.txt $LL/version-$b.txt $W/pack/$N/; done
+  cp $W/$N/report.md $OUT/$N-report.md 2>/dev/null; cp $LL/run.log $OUT/
+  tar -C $W/pack -czf $OUT/$N.tar.gz $N; log "packed $(du -sh $OUT/$N.tar.gz | cut -f1)" ;;
 esac; done

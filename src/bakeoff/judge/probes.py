@@ -703,13 +703,10 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
 
     out: dict[str, dict[str, Result]] = {"single": {}, "long": {}, "concurrent": {}}
     info: dict = {"thinking": {"mode": thinking, "room": thinking_room}}
-    # a multi-turn chat's prompt is not one user text: no teacher forcing for it (checks_not_run)
+    # a multi-turn chat's prompt is its messages (``chats``), teacher-forced like the others
     texts: dict[str, dict[str, str]] = {"single": {p.id: p.text for p in prompts if not p.chat}}
-    if any(p.chat for p in prompts) and baseline is not None and expect_logprobs:
-        info.setdefault("checks_not_run", []).append(
-            "teacher-forced continuation of the multi-turn chats (" + ", ".join(p.id for p in prompts if p.chat)
-            + "): compared up to their first divergence")
-    collected = {"prompts": prompts, "long": long_cfg, "results": out, "info": info, "texts": texts}
+    chats: dict[str, dict[str, list[dict]]] = {"single": {p.id: messages(p) for p in prompts if p.chat}}
+    collected = {"prompts": prompts, "long": long_cfg, "results": out, "info": info, "texts": texts, "chats": chats}
     async with new_session(timeout_s=timeout_s) as session:
         for p in prompts:
             out["single"][p.id] = await stream_request(session, url, body(messages(p)))
@@ -734,6 +731,7 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
             results = await asyncio.gather(*(stream_request(session, url, body(messages(p, pad + p.text))) for _, p in jobs))
             out[mode] = dict(zip((j for j, _ in jobs), results))
             texts[mode] = {j: pad + p.text for j, p in jobs if not p.chat}
+            chats[mode] = {j: messages(p, pad + p.text) for j, p in jobs if p.chat}
             info["bench_prompt"] = {"concurrency": len(jobs), "padding_tokens": bench.input_tokens}
             if _unexcusable(out[mode], expect_logprobs):
                 return collected
@@ -910,19 +908,19 @@ async def _complete_forced(session, base_url: str, model: str | None, prefix, fo
     return await stream_request(session, base_url + "/v1/completions", body, api="completions")
 
 
-async def _chat_continue(session, base_url: str, model: str | None, text: str, forced: list[dict], max_tokens: int,
+async def _chat_continue(session, base_url: str, model: str | None, request: list[dict], forced: list[dict], max_tokens: int,
                          top_k: int, thinking: str) -> Result:
     """The fallback where the engine gives no templated prompt: the chat API itself, the forced
     tokens as the assistant's unfinished reply (``continue_final_message``, no generation prompt:
     vLLM's and SGLang's chat extension; llama.cpp continues a final assistant message as well)."""
     forced_text = "".join(t.get("token") or "" for t in forced)
-    messages = [{"role": "user", "content": text}, {"role": "assistant", "content": forced_text}]
+    messages = [*request, {"role": "assistant", "content": forced_text}]
     body = chat_body(messages, max_tokens=max_tokens, top_logprobs=top_k, model=model, thinking=thinking,
                      extra={"continue_final_message": True, "add_generation_prompt": False})
     return await stream_request(session, base_url + "/v1/chat/completions", body)
 
 
-async def _chat_continue_holds(session, base_url: str, model: str | None, text: str, own: list[dict], diverge_at: int,
+async def _chat_continue_holds(session, base_url: str, model: str | None, request: list[dict], own: list[dict], diverge_at: int,
                                top_k: int, thinking: str) -> bool:
     """Whether the chat fallback really continues a reply on this server: re-anchored on the
     trial's *own* first ``j`` tokens (inside the prefix it shares with the baseline where it has
@@ -933,7 +931,7 @@ async def _chat_continue_holds(session, base_url: str, model: str | None, text: 
     j = diverge_at - 1 if diverge_at >= 2 else diverge_at + 1
     if j < 1 or j >= len(own):
         return False
-    cont = await _chat_continue(session, base_url, model, text, own[:j], 1, top_k, thinking)
+    cont = await _chat_continue(session, base_url, model, request, own[:j], 1, top_k, thinking)
     return bool(cont.ok and cont.tokens) and cont.tokens[0].get("token") == own[j].get("token")
 
 
@@ -970,13 +968,13 @@ async def _teacher_force(session, base_url: str, model: str | None, cfg: Probes,
             continue
         for pid, r in items.items():
             d = _should_force(baseline["results"].get(mode, {}).get(pid), r, top_k, cfg.max_tie_gap)
-            if d is None or pid not in texts.get(mode, {}):
+            messages = _request_messages(collected, mode, pid)
+            if d is None or messages is None:
                 continue
-            b, text = baseline["results"][mode][pid], texts[mode][pid]
-            messages = [{"role": "user", "content": text}]
+            b = baseline["results"][mode][pid]
             prefix = await PROMPT_RECIPES[recipe](session, base_url, model, messages, thinking) if recipe else None
             if prefix is None and not fallback_holds:
-                fallback_holds = await _chat_continue_holds(session, base_url, model, text, r.tokens, d.diverge_at,
+                fallback_holds = await _chat_continue_holds(session, base_url, model, messages, r.tokens, d.diverge_at,
                                                             top_k, thinking)
             if prefix is None and not fallback_holds:
                 why = (f"{recipe} gave no templated prompt" if recipe else "the engine gives no templated prompt") + \
@@ -990,7 +988,7 @@ async def _teacher_force(session, base_url: str, model: str | None, cfg: Probes,
                     break
                 room = len(b.tokens) - k + 4
                 cont = (await _complete_forced(session, base_url, model, prefix, b.tokens[:k], room, top_k) if prefix is not None
-                        else await _chat_continue(session, base_url, model, text, b.tokens[:k], room, top_k, thinking))
+                        else await _chat_continue(session, base_url, model, messages, b.tokens[:k], room, top_k, thinking))
                 if cont.error or not cont.tokens:
                     info.setdefault("checks_not_run", []).append(f"teacher-forced continuation of {mode}/{pid} "
                                                                  f"({cont.error or 'no logprobs'})")
@@ -1008,6 +1006,16 @@ async def _teacher_force(session, base_url: str, model: str | None, cfg: Probes,
 
 def _request_texts(collected: dict) -> dict[str, dict[str, str]]:
     return collected.get("texts", {})
+
+
+def _request_messages(collected: dict, mode: str, pid: str) -> list[dict] | None:
+    """The chat messages a reply was asked with: a multi-turn chat's own (``collected["chats"]``),
+    else its one user text; None when the request is not known."""
+    chat = (collected.get("chats") or {}).get(mode, {}).get(pid)
+    if chat is not None:
+        return chat
+    text = _request_texts(collected).get(mode, {}).get(pid)
+    return None if text is None else [{"role": "user", "content": text}]
 
 
 def run_probes(base_url: str, cfg: Probes, *, model: str | None = None, ctx_size: int | None = None,
