@@ -183,3 +183,18 @@ def test_a_trial_that_could_not_hold_the_baselines_level_is_said_so_not_ranked(t
     assert "vs_baseline" not in lost.metrics and lost.verdict != "slow"
     assert "could not hold c=4" in lost.detail and "could not hold c=4" in d.verdicts[p[1].key]["caution"]
     assert [f.key for f in d.fallbacks][-1] == p[1].key  # after every trial measured at the baseline's level
+
+
+def test_mid_sweep_the_headline_says_what_is_still_to_run_not_that_nothing_passed(tmp_path):
+    """`bakeoff status` reads the decision saved after each trial: with only the baseline done it
+    must not say that no other configuration passed correctness (issue 25)."""
+    s = _spec()
+    p = make_plan(s)
+    pending = [TrialRecord(key=q.key, idx=q.idx, config=dict(q.config), changed=list(q.changed), argv=[], env={},
+                           identity="i") for q in p[1:]]
+    with _store(tmp_path, s, [_rec(p[0], "ok", [100.0, 101.0]), *pending]) as store:
+        d = decide.load(store)
+    assert "2 other configurations still to run" in d.headline and "passed correctness" not in d.headline
+    with _store(tmp_path / "done", s, [_rec(p[0], "ok", [100.0, 101.0]), _rec(p[1], "wrong", None),
+                                       _rec(p[2], "wrong", None)]) as store:
+        assert "no other configuration passed correctness" in decide.load(store).headline

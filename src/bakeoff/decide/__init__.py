@@ -498,7 +498,11 @@ def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None,
                 f"{_label_of(trials, k)} {RACE_SHORT[v['state'] or 'racing']}" + (within if v["state"] == "equivalent" else "")
                 for k, v in d.resolution["race"].items()) + ")"
         tied = [t for t in ranked if t.changed and (r := ratio(t)) is not None and r.call == "tie"]
-        if not any(t.changed for t in ranked):
+        waiting = sum(1 for t in trials if t.changed and not t.is_finished())
+        if not any(t.changed for t in ranked) and waiting:  # mid-sweep (status, a cut sweep): nothing decided yet
+            d.headline = (f"So far the baseline (figure: {_where(d.objective, base, None)}){_energy(base, None)}; "
+                          f"{waiting} other configuration{'s' if waiting > 1 else ''} still to run.")
+        elif not any(t.changed for t in ranked):
             d.headline = ("Recommended: the baseline — no other configuration passed correctness "
                           f"(figure: {_where(d.objective, base, None)}){_energy(base, None)}.")
         else:
