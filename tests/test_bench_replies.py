@@ -80,14 +80,21 @@ def test_a_tools_replies_are_compared_with_the_baselines_same_request():
     base = benchtools.parse_vllm(_vllm(), "c=2", ignore_eos=True).to_json()
     rng = random.Random(0)
     texts = _vllm()["generated_texts"]
-    bad = texts[:1] + [" ".join(rng.choice(FLUENT) for _ in range(12)) for _ in texts[1:]]
+    # each reply starts as the baseline's (a flip in the first words forks a healthy reply too:
+    # bench_replies.TEXT_MIN_SHARED) and turns into word salad
+    bad = texts[:1] + [" ".join(t.split()[:bench_replies.TEXT_MIN_SHARED] + [rng.choice(FLUENT) for _ in range(12)])
+                       for t in texts[1:]]
     trial = benchtools.parse_vllm(_vllm(generated_texts=bad), "c=2", ignore_eos=True).to_json()
     assert trial["valid"] and trial["fault"] is None  # nothing absolute fires on fluent words
     lv = benchmod.check_against_baseline(trial, base, max_tokens=16, ignore_eos=True)
     assert (lv["valid"], lv["fault"]) == (False, "bench_mismatch")
     # by text alone (no logprobs) word salad is caught, a short reply or one sharing common words is not
     assert "replies at c=2 left the baseline's reply to the same request" in lv["why_invalid"]
-    assert "request c=2/1" in lv["why_invalid"] and "trial: 'garden where river" in lv["why_invalid"]
+    assert "request c=2/1" in lv["why_invalid"], lv["why_invalid"]
+    # a healthy fork at word 1 (bfloat16 on transformers serve, no logprobs) is not judged by text
+    fork = bench_replies.compare_reply("k", {"text": "I'm sorry for any misunderstanding, but as a chatbot designed to"},
+                                       {"text": "I'm here to help you navigate the world of politics and politics"})
+    assert fork.kind == "diverged" and not fork.bad
     same = benchmod.check_against_baseline(benchtools.parse_vllm(_vllm(), "c=2", ignore_eos=True).to_json(), base,
                                            max_tokens=16, ignore_eos=True)
     assert same["fault"] is None and same["valid"]

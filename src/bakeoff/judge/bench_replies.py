@@ -17,8 +17,9 @@ replies differ:
   (``logit_floor``), the same on the trial's side; either bound above ``tie_gap`` is not a near-tie;
 * without logprobs (an engine that gives none, the load tools' saved texts) only the text is
   there, and a small model flips near-ties all the time (measured, below): a divergence is
-  allowed, but what follows it must share words with what follows in the baseline's reply
-  (``TEXT_MIN_OVERLAP``); word salad does not (``unlike``). A reply to another prompt in the
+  allowed, but when the reply began like the baseline's (``TEXT_MIN_SHARED`` words) what follows
+  it must share words with what follows in the baseline's reply (``TEXT_MIN_OVERLAP``); word
+  salad does not (``unlike``). A flip in the first words forks the reply and is not judged by text. A reply to another prompt in the
   model's own voice is not caught by text: that needs logprobs.
 
 After a near-tie flip the two replies go separate ways and nothing past it is compared (the
@@ -47,6 +48,11 @@ TIE_GAP = 1.5  # nats: probes.compare's near-tie limit (Probes.tie_gap's default
 # 0.11-0.82 (not separable by text). Half the healthy least.
 TEXT_MIN_OVERLAP = 0.10
 TEXT_MIN_WORDS = 5  # fewer words after the divergence on either side: too little to judge by text
+# ...and fewer words shared before it: a flip in the first words forks the whole reply (a healthy
+# bfloat16 change on transformers serve, no logprobs, began "I'm sorry for any misunderstanding" vs
+# "I'm here to help you navigate": overlap 0.08 after word 1), so what follows says nothing; the
+# absolute detectors still read it and the level counts it as a text divergence
+TEXT_MIN_SHARED = 4
 EXCERPT = 60  # characters of text shown either side of a divergence
 
 
@@ -134,7 +140,7 @@ def compare_reply(key: str, base: dict, trial: dict, *, tie_gap: float = TIE_GAP
     if not (bt and tt):
         rest_b, rest_t = seq_b[n:], seq_t[n:]
         ov = overlap(rest_b, rest_t)
-        judged = min(len(rest_b), len(rest_t)) >= TEXT_MIN_WORDS
+        judged = min(len(rest_b), len(rest_t)) >= TEXT_MIN_WORDS and n >= TEXT_MIN_SHARED
         kind = "unlike" if judged and ov < TEXT_MIN_OVERLAP else "diverged"
         return ReplyDiff(key, kind, n, detail=(
             f"diverged at word {n} (no logprobs), then {ov:.2f} word overlap with the baseline's reply "
