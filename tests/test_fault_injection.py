@@ -18,12 +18,12 @@ What each assertion catches:
       lm_eval were there one) and no llama-server whose command line names the sweep's log dir is
       alive after the resume: an orphan the resume did not stop.
 
-Left out: the lm-eval phase. An lm-eval gate on the local task (tests/data/lmeval, as in
-tests/test_lmeval.py) costs an lm_eval start-up and 40 documents on every trial of every sweep
-(the reference and each resume), plus its statistical gate's relaunch on a failure: on this shared
-2-core machine that alone would take the file past its 4-minute budget. The resume of a trial
-killed in lm_eval goes through the same ``running`` -> orphan stop -> rerun path as the probe phase
-(recover_orphans also stops tagged lm_eval processes; see pipeline.recover_orphans).
+The lm-eval phase runs its own sweep (and its own reference): the same spec plus an lm-eval gate
+on the local task of tests/test_lmeval.py (tests/data/lmeval/addition.yaml, offline, the first 10
+documents, one request at a time), so the other phases do not pay lm_eval's start-up on every
+trial. It is killed there once the real ``lm_eval`` subprocess is up (tagged like a server): the
+server is orphaned, lm_eval dies with bakeoff (PR_SET_PDEATHSIG; the test checks it does), and
+after the resume neither is left.
 """
 
 from __future__ import annotations
@@ -74,9 +74,19 @@ requests_per_level = 6
 warmup_requests = 0
 input_tokens = 16
 output_tokens = 4
+# a fixed launch noise, wide for a loaded machine: "auto" launches the baseline three more times
+# whenever two identical configurations happen to measure apart (slow, and no part of this test),
+# and two identical configurations must tie for the recommendation to be the baseline every time
+launch_noise = 0.3
 """
 
-PHASES = ["launch", "probe", "bench", "teardown"]
+DATA = Path(__file__).resolve().parent / "data" / "lmeval"
+SPEC_LM = SPEC.replace("long_prompt_tokens = 64", "long_prompt_tokens = 64\n" + (
+    f'lm_eval = {{ tasks = ["bakeoff_addition"], include_path = "{DATA}", limit = 10, num_concurrent = 1, '
+    'max_gen_toks = 8, offline = true }'))
+assert "lm_eval = {" in SPEC_LM
+
+PHASES = ["launch", "probe", "lm_eval", "bench", "teardown"]
 
 
 def sweep_procs(root: Path) -> list[psutil.Process]:
@@ -103,10 +113,33 @@ def no_orphans(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def spec_path(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("spec") / "spec.toml"
-    path.write_text(SPEC)
-    return path
+def hf_home(tmp_path_factory):
+    """lm_eval's datasets cache in a fresh folder (HF_HOME, inherited by bakeoff), restored after."""
+    old = os.environ.get("HF_HOME")
+    os.environ["HF_HOME"] = str(tmp_path_factory.mktemp("hf"))
+    yield
+    if old is None:
+        os.environ.pop("HF_HOME", None)
+    else:
+        os.environ["HF_HOME"] = old
+
+
+@pytest.fixture(scope="module")
+def specs(tmp_path_factory, hf_home) -> dict:
+    """The spec file of each sweep (plain, with lm-eval) and its uninterrupted run's decision,
+    run on first use."""
+    d = tmp_path_factory.mktemp("spec")
+    paths = {"plain": d / "spec.toml", "lm_eval": d / "spec_lm.toml"}
+    paths["plain"].write_text(SPEC)
+    paths["lm_eval"].write_text(SPEC_LM)
+    refs: dict = {}
+
+    def get(which: str) -> tuple[Path, dict]:
+        if which not in refs:
+            refs[which] = reference(paths[which], tmp_path_factory.mktemp(f"reference-{which}") / "sweep")
+        return paths[which], refs[which]
+
+    return get
 
 
 def decision_of(out: Path) -> dict:
@@ -131,9 +164,7 @@ def trial_rows(out: Path) -> list[dict]:
         db.close()
 
 
-@pytest.fixture(scope="module")
-def reference(spec_path, tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("reference") / "sweep"
+def reference(spec_path: Path, out: Path) -> dict:
     done = run_to_end(spec_path, out, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     ref = decision_of(out)
@@ -165,7 +196,9 @@ def kill_in_phase(spec: Path, out: Path, idx: int, phase: str, timeout: float = 
                 meta = row = None
             if meta and row is not None:
                 prog = json.loads(meta[0])
-                if prog["trial"] == row["key"] and prog["phase"] in phases and row["state"] == "running":
+                # lm_eval: once its subprocess is up (the phase is set just before it is spawned)
+                if (prog["trial"] == row["key"] and prog["phase"] in phases and row["state"] == "running"
+                        and (phase != "lm_eval" or any("lm_eval" in " ".join(p.cmdline()) for p in sweep_procs(out)))):
                     proc.send_signal(signal.SIGKILL)
                     proc.wait(30)
                     return dict(row)
@@ -178,9 +211,19 @@ def kill_in_phase(spec: Path, out: Path, idx: int, phase: str, timeout: float = 
 
 
 @pytest.mark.parametrize("phase", PHASES)
-def test_sigkill_in_phase_then_resume_gives_the_same_decision(phase, spec_path, reference, tmp_path):
+def test_sigkill_in_phase_then_resume_gives_the_same_decision(phase, specs, tmp_path):
+    spec_path, reference = specs("lm_eval" if phase == "lm_eval" else "plain")
     out = tmp_path / "sweep"
     at_kill = kill_in_phase(spec_path, out, 1, phase)
+    time.sleep(0.3)
+    left = sweep_procs(tmp_path)
+    if phase in ("probe", "lm_eval", "bench"):  # the fault is real: bakeoff died under a live server
+        assert any(p.pid == at_kill["pid"] for p in left), (at_kill["pid"], [p.cmdline()[:2] for p in left])
+    if phase == "lm_eval":  # it was running at the kill (kill_in_phase waited for it) and dies with bakeoff
+        deadline = time.monotonic() + 15  # (PR_SET_PDEATHSIG); the server is the orphan the resume stops
+        while any("lm_eval" in " ".join(p.cmdline()) for p in sweep_procs(tmp_path)):
+            assert time.monotonic() < deadline, "lm_eval outlived the killed bakeoff"
+            time.sleep(0.1)
     before = trial_rows(out)
     base = before[0]
     assert base["state"] == "finished" and base["attempts"] == 1
