@@ -14,9 +14,12 @@ What each assertion catches:
   (b) the baseline, finished before the kill, keeps its ``started`` time and ``attempts == 1``
       and its log file is not rewritten: a finished trial that ran again; the killed trial has
       ``attempts == 2`` (it ran again, exactly once more);
-  (c) no process tagged with this sweep (BAKEOFF_TRIAL_LOG under tmp_path: llama-server, and
-      lm_eval were there one) and no llama-server whose command line names the sweep's log dir is
-      alive after the resume: an orphan the resume did not stop.
+  (c) no process tagged with this sweep (BAKEOFF_TRIAL_LOG under tmp_path: llama-server and
+      lm_eval) and no llama-server / lm_eval whose command line names the sweep's directory is
+      alive after the resume, and the killed run's server pid is gone: an orphan the resume did
+      not stop. Checked by hand: making recover_orphans a no-op fails (c) (the killed run's
+      llama-server still up); putting finished trials back to pending on resume fails (b)
+      (the baseline's ``started`` and ``attempts`` change); (a) passed in both.
 
 The lm-eval phase runs its own sweep (and its own reference): the same spec plus an lm-eval gate
 on the local task of tests/test_lmeval.py (tests/data/lmeval/addition.yaml, offline, the first 10
