@@ -212,3 +212,16 @@ def test_a_stream_whose_text_is_not_its_tokens_is_a_mismatch():
     replies[3] = {**replies[3], "text": replies[3]["text"][:100] + " and the garden of history"}
     got = _judged({**base, "replies": replies}, base, False)
     assert got["fault"] == "bench_mismatch" and "the same 64 tokens as the baseline's, but another text" in got["why_invalid"]
+
+
+def test_a_load_tool_gets_the_servers_key_in_its_environment_never_on_its_command_line(monkeypatch):
+    """`vllm bench serve` and `sglang.bench_serving` send OPENAI_API_KEY as the bearer token."""
+    from bakeoff.measure import client
+
+    monkeypatch.setenv("MY_SERVER_KEY", "sk-test-123456")
+    client.use_api_key_env("MY_SERVER_KEY")
+    try:
+        assert benchtools.tool_env({"PATH": "/bin"}) == {"PATH": "/bin", "OPENAI_API_KEY": "sk-test-123456"}
+    finally:
+        client.use_api_key_env(None)
+    assert "OPENAI_API_KEY" not in benchtools.tool_env({"PATH": "/bin"})

@@ -282,6 +282,20 @@ def parse_aiperf(data: dict, level: str, *, ignore_eos: bool = False, max_error_
 # -- running ----------------------------------------------------------------------------------
 
 
+def tool_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The load tool's environment: bakeoff's own, with the server's API key (``[server]
+    api_key_env``) as ``OPENAI_API_KEY`` — what `vllm bench serve` and `sglang.bench_serving`
+    send as ``Authorization: Bearer`` — never on its command line."""
+    import os
+
+    from bakeoff.measure.client import api_key
+
+    env = dict(os.environ if base is None else base)
+    if key := api_key():
+        env["OPENAI_API_KEY"] = key
+    return env
+
+
 def run_tool(base_url: str, cfg: Bench, *, model: str | None, ignore_eos: bool, expect_logprobs: bool = True,
              workdir: str | None = None, timeout_s: float = 3600) -> list[LevelStats]:
     """Run ``cfg.tool`` once per level; a level whose tool run fails is an invalid level, not a crash."""
@@ -304,7 +318,7 @@ def run_tool(base_url: str, cfg: Bench, *, model: str | None, ignore_eos: bool, 
             argv = aiperf_argv(base_url, cfg, artifact_dir=str(d), **common)
         argv += cfg.tool_args
         try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
+            proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=tool_env())
             failure = None if proc.returncode == 0 else f"exit {proc.returncode}: {(proc.stderr or proc.stdout)[-300:]}"
         except (OSError, subprocess.TimeoutExpired) as err:
             failure = f"{type(err).__name__}: {err}"
