@@ -53,7 +53,7 @@ def sweep(tmp_path_factory):
                           capture_output=True, text=True, timeout=900, env=KEY_ENV)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not _servers(str(out)), "a llama-server was left running"
-    return {"dir": out / "run", "stdout": proc.stdout, "axes": data["axes"]}
+    return {"dir": out / "run", "stdout": proc.stdout, "stderr": proc.stderr, "axes": data["axes"]}
 
 
 def test_store_has_every_trial_with_its_single_change(sweep):
@@ -188,6 +188,10 @@ def test_the_command_to_deploy_is_plans_command_on_the_users_port(sweep):
     stdout = sweep["stdout"]
     assert report.count(d.winner.command) >= 1
     assert stdout.count(f"Command: {d.winner.command}") == 1, "the recommendation is printed once at the end of run"
+    # off a terminal, where a long phase is: the probe's modes and the bench's repetitions (bakeoff.progress)
+    progress = sweep["stderr"]  # bakeoff's own lines go to stderr, the report and decision to stdout
+    assert " probe: single requests: " in progress and " probe: task gate: 80 items" in progress, progress[:3000]
+    assert " bench: c=4: repetition 1 (at least " in progress, progress[:3000]
     assert stdout.count(d.headline) == 1 and (not d.noise_line or stdout.count(d.noise_line) == 1)
     from bakeoff.cli import weaker_lines
 

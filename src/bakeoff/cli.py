@@ -81,6 +81,8 @@ class _LiveView:
         self.p.phase = phase
         if line:
             self.p.last_line = line
+            if self.plain and phase in ("probe", "bench"):  # where a long phase is (bakeoff.progress), not log lines
+                self.note(f"  {self.p.current} {phase}: {line}")
 
     def trial_end(self, rec) -> None:
         self.p.rows.append(rec)

@@ -57,6 +57,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 
+from bakeoff import progress
 from bakeoff.measure.client import THINKING_FIELDS, Result, chat_body, new_session, stream_request, tokenize
 from bakeoff.spec import Bench, Probes
 
@@ -708,11 +709,13 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
     chats: dict[str, dict[str, list[dict]]] = {"single": {p.id: messages(p) for p in prompts if p.chat}}
     collected = {"prompts": prompts, "long": long_cfg, "results": out, "info": info, "texts": texts, "chats": chats}
     async with new_session(timeout_s=timeout_s) as session:
+        progress.note(f"single requests: {len(prompts)} prompts")
         for p in prompts:
             out["single"][p.id] = await stream_request(session, url, body(messages(p)))
         if _unexcusable(out["single"], expect_logprobs):
             return collected  # e.g. NaN: judged already
         if long_cfg:
+            progress.note("the long document (near the served context)")
             texts["long"] = await _long_prompts(session, base_url, long_cfg, cfg, ctx_size, info)
             for key, text in texts["long"].items():
                 out["long"][key] = await stream_request(session, url, body(text, cfg.long_max_tokens))
@@ -720,12 +723,14 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
                 return collected
         if cfg.concurrency:
             jobs = [(f"{p.id}#{i}", messages(p)) for i in range(cfg.concurrency) for p in prompts]
+            progress.note(f"concurrent copies: {len(jobs)} requests at once")
             results = await asyncio.gather(*(stream_request(session, url, body(t)) for _, t in jobs))
             out["concurrent"] = dict(zip((j for j, _ in jobs), results))
             if _unexcusable(out["concurrent"], expect_logprobs):
                 return collected
         mode = bench_mode(bench) if cfg.load_probe else None
         if mode:
+            progress.note(f"the benchmark's shape ({mode})")
             pad = await _pad_text(session, base_url, bench.input_tokens)
             jobs = [(f"{p.id}#{i}", p) for i, p in zip(range(max(bench.concurrency)), _cycle(prompts))]
             results = await asyncio.gather(*(stream_request(session, url, body(messages(p, pad + p.text))) for _, p in jobs))
@@ -743,8 +748,10 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
                     return await stream_request(session, url, body(p.text, cfg.gate_max_tokens))
 
             items = gate_items(cfg.gate_items, cfg.gate_seed)
+            progress.note(f"task gate: {len(items)} items")
             out["gate"] = dict(zip((p.id for p in items), await asyncio.gather(*(one(p) for p in items))))
         if baseline is not None and expect_logprobs and cfg.max_reanchors:
+            progress.note("teacher forcing the near-tie divergences")
             collected["anchored"] = await _teacher_force(session, base_url, model, cfg, collected, baseline, info, recipe)
     return collected
 

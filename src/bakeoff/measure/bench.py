@@ -49,6 +49,7 @@ import random
 import statistics
 from dataclasses import asdict, dataclass, field
 
+from bakeoff import progress
 from bakeoff.measure.client import Result, chat_body, detokenize, new_session, stream_request, tokenize_ids
 from bakeoff.judge.bench_replies import compact, compare_level, judge_level
 from bakeoff.judge.probes import detect
@@ -618,6 +619,8 @@ class Load:
                     loop_share=self.cfg.early_stop_share)
 
     async def once(self, name: str, conc: int | None, rate: float | None, rep: int, n: int, seed: int) -> Repetition:
+        progress.note(f"{name}: repetition {rep + 1} (at least {self.cfg.repetitions}, at most "
+                      f"{self.cfg.repetition_cap}), {n} requests")
         keys = [request_key(name, rep, j) for j in range(n)]
         texts = await self.prompts(keys)
         results, wall = await run_level(self.session, self.url, [self._body(t) for t in texts], concurrency=conc,

@@ -15,6 +15,7 @@ from typing import Callable
 import httpx
 
 from bakeoff import measure
+from bakeoff import progress
 from bakeoff.measure import bench
 from bakeoff.measure.power import EnergyMeter
 from bakeoff.judge import lmeval, probes
@@ -184,11 +185,12 @@ class TrialRunner:
         raises LmEvalError (an infrastructure fault, not a verdict)."""
         self.progress("probe", "")
         cfg = self.spec.probes
-        collected = probes.run_probes(base_url, cfg, model=self._request_model(),
-                                      ctx_size=_ctx_size(self.spec.server.args), timeout_s=self.spec.server.request_timeout_s,
-                                      expect_logprobs=self.engine.supports_logprobs, bench=self.spec.bench, baseline=baseline,
-                                      thinking=self.spec.server.thinking, thinking_room=self.spec.server.thinking_room,
-                                      templated_prompt=self.engine.templated_prompt)
+        with progress.reporting(lambda line: self.progress("probe", line)):
+            collected = probes.run_probes(base_url, cfg, model=self._request_model(),
+                                          ctx_size=_ctx_size(self.spec.server.args), timeout_s=self.spec.server.request_timeout_s,
+                                          expect_logprobs=self.engine.supports_logprobs, bench=self.spec.bench, baseline=baseline,
+                                          thinking=self.spec.server.thinking, thinking_room=self.spec.server.thinking_room,
+                                          templated_prompt=self.engine.templated_prompt)
         outcome = probes.judge(collected, cfg, baseline, expect_logprobs=self.engine.supports_logprobs, role=role)
         if outcome.passed and cfg.lm_eval is not None:
             self.progress("lm_eval", ", ".join(cfg.lm_eval.tasks))
@@ -204,7 +206,8 @@ class TrialRunner:
         self.progress("bench", "")
         cfg = self.spec.bench
         eos = cfg.ignore_eos if cfg.ignore_eos is not None else self.engine.supports_ignore_eos
-        with EnergyMeter(devices=_visible_gpus(self.spec.server.env)) as meter:
+        with EnergyMeter(devices=_visible_gpus(self.spec.server.env)) as meter, \
+                progress.reporting(lambda line: self.progress("bench", line)):
             levels = measure.run(base_url, cfg, model=self._request_model(),
                                  ignore_eos=self.engine.supports_ignore_eos, timeout_s=self.spec.server.request_timeout_s * 4,
                                  expect_logprobs=self.engine.supports_logprobs, thinking=self.spec.server.thinking)
