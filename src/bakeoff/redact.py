@@ -107,12 +107,6 @@ def argv_words(argv: list[str]) -> list[str]:
     return words
 
 
-def shown_secret_refs(argv: list[str], env: dict[str, str]) -> list[str]:
-    """The variables ``shell_line`` reads masked secrets from, to name them to the user."""
-    refs = [k for k, v in env.items() if v == MASK and is_secret(k)]
-    return refs + [secret_ref(f) for f in argv_secrets(mask_argv(list(argv)))]
-
-
 def redact_env(env: dict[str, str]) -> dict[str, str]:
     return {k: (MASK if is_secret(k) and v else redact_text(v)) for k, v in env.items()}
 

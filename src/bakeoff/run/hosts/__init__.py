@@ -37,10 +37,9 @@ def command_line(options: dict, argv: list[str], env: dict[str, str], log_name: 
     """The command a person would type to start this server on the spec's host, secrets masked:
     ``K=V ... ARGV`` here; ``ssh DEST 'export K=V && ... && setsid nohup ARGV > LOG 2>&1 < /dev/null &'``
     for an SSH host. Each argv element is one quoted word."""
-    shown = {k: (v if isinstance(v, PathEdit) else MASK if is_secret(k) and v else v) for k, v in env.items()}
-    argv = mask_argv(list(argv))
-    if options.get("kind", "local") == "ssh":
-        from bakeoff.run.hosts.ssh import plan_command
+    if options.get("kind", "local") != "ssh":
+        return shell_line(list(argv), env)  # it masks secrets itself (references to the user's variables)
+    from bakeoff.run.hosts.ssh import plan_command
 
-        return redact_text(plan_command(options, list(argv), shown, log_name, sweep))
-    return shell_line(list(argv), shown)
+    shown = {k: (v if isinstance(v, PathEdit) else MASK if is_secret(k) and v else v) for k, v in env.items()}
+    return redact_text(plan_command(options, mask_argv(list(argv)), shown, log_name, sweep))
