@@ -237,7 +237,7 @@ def test_llamacpp_sweep_through_sshd(sshd, tmp_path):
     seen: list[dict] = []
 
     def on_phase(phase: str, line: str) -> None:
-        if phase != "probe":
+        if phase != "probe" or line:  # the phase's start ("" line); later lines are its progress notes
             return
         with open_readonly(out) as store:
             rec = next(t for t in store.trials() if t.state == "running")
@@ -290,7 +290,7 @@ def test_llamacpp_bound_to_0000_is_reached_directly(sshd, tmp_path):
     seen = []
 
     def on_phase(phase: str, line: str) -> None:
-        if phase == "probe":
+        if phase == "probe" and not line:  # the phase's start; later lines are its progress notes
             from bakeoff.store import open_readonly
 
             with open_readonly(tmp_path / "run") as store:

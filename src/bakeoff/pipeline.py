@@ -57,6 +57,7 @@ class Events:
     """Callbacks for live progress; all optional."""
 
     trial_start: Callable[[Planned, int], None] = lambda p, n: None
+    # (phase, "") when a trial's phase starts, then (phase, note) for its progress notes
     phase: Callable[[str, str], None] = lambda phase, line: None
     trial_end: Callable[[TrialRecord], None] = lambda rec: None
     note: Callable[[str], None] = lambda msg: None
