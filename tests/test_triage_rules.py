@@ -273,3 +273,75 @@ def test_spec_triage_rules_is_validated_at_load(tmp_path):
         loads(GOOD + f'\n[triage]\nrules = "{tmp_path / "nope"}"\n', "spec.toml")
     good = _write(tmp_path / "good", "gpu_lost.toml", 'cause = "gpu_lost"\nexplanation = "x"\nhint = "y"\n')
     assert loads(GOOD + f'\n[triage]\nrules = "{good}"\n', "spec.toml").triage.rules == str(good.resolve())
+
+
+# ---------------------------------------------------------------- dev2: the thin classes, widened
+DEV2 = sorted(p.relative_to(CORPUS).as_posix() for p in CORPUS.glob("dev2/*/*.log"))
+SCORE = Path(__file__).parent.parent / "bench" / "triage_score.py"
+
+
+@pytest.mark.parametrize("rel", DEV2)
+def test_dev2_log_is_named_right(rel):
+    """Logs collected for the failure classes the rules were thin on (development data)."""
+    header, body, engine, d = run_case(rel)
+    assert header["source"].startswith("https://github.com/") and header.get("established"), rel
+    assert d.cause == header["expected"], d.evidence
+    assert d.evidence and all(e.startswith("L") for e in d.evidence)
+
+
+def test_a_wrapper_logging_engine_errors_at_info_is_still_evidence():
+    wrapped = "2025-08-13 04:39:39,837 - __main__ - INFO - ERROR 08-13 04:39:39 engine.py:400] CUDA error: no kernel image is available for execution on the device\n"
+    assert classify(wrapped, exit_code=1).cause == "arch_unsupported"
+    plain = "2025-08-13 04:39:39,837 - __main__ - INFO - probing: no kernel image is available for execution on the device\n"
+    assert find_cause(plain) is None
+
+
+@pytest.mark.parametrize("line,cause", [
+    ("TypeError: Llama.__init__() got an unexpected keyword argument 'ngl'", "bad_args"),
+    ("  Extra inputs are not permitted [type=extra_forbidden, input_value='fr', input_type=str]", "bad_args"),
+    ("pydantic_core._pydantic_core.ValidationError: 1 validation error for ServeConfig", "bad_args"),
+    ("huggingface_hub.errors.GatedRepoError: 401 Client Error. (Request ID: Root=1-6604c5e0)", "model_load"),
+    ("ValueError: Unsupported model type phi-msft", "model_load"),
+    ("CUDA error 222 at ggml-cuda.cu:9635: the provided PTX was compiled with an unsupported toolchain.", "arch_unsupported"),
+    ("RuntimeError: Assertion error (csrc/jit_kernels/heuristics/layout.hpp:76): Unknown recipe", "arch_unsupported"),
+    ("Exception: Capture cuda graph failed: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:1234", "distributed_init"),
+    ("RuntimeError: [../torch/csrc/distributed/c10d/TCPStore.cpp:1] Connection reset by peer", "distributed_init"),
+    ("Error: model requires more system memory (5.0 GiB) than is available (3.9 GiB)", "oom_host"),
+])
+def test_more_phrasings_by_structure(line, cause):
+    assert classify(line + "\n", exit_code=1).cause == cause
+
+
+def test_what_only_looks_like_the_widened_classes_names_nothing_wrong():
+    # a model's forward() called with a keyword it lacks is a version mismatch inside the engine
+    d = classify("TypeError: Qwen2Model.forward() got an unexpected keyword argument 'cache_position'\n", exit_code=1)
+    assert d.cause == "unknown"
+    # a pydantic header is a fallback: the line under it that names a cause decides
+    log = ("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+           "  Value error, Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
+           "Your Tesla T4 GPU has compute capability 7.5.\n")
+    assert classify(log, exit_code=1).cause == "arch_unsupported"
+    # an undefined symbol logged as a warning names the cause only when nothing else does
+    log = ("WARNING 06-13 _custom_ops.py:11] Failed to import from vllm._C with ImportError('x.so: undefined symbol: _ZN5')\n"
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
+    assert classify(log, exit_code=1).cause == "oom_gpu"
+    # a faulthandler dump without its header is a crash only when nothing else is named
+    dump = 'Current thread 0x00007769465bb740 (most recent call first):\n  File "x/loader.py", line 377 in load_model\n'
+    assert classify(dump).cause == "crash"
+    assert classify("RuntimeError: CUDA error: an illegal memory access was encountered\n" + dump).cause == "illegal_memory_access"
+
+
+def test_score_script_scores_a_directory(tmp_path):
+    import os
+    import subprocess
+
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "a.log").write_text("# source: x\n# expected: oom_gpu\ntorch.OutOfMemoryError: CUDA out of memory.\n")
+    (tmp_path / "vllm" / "b.log").write_text("# source: x\n# expected: port_in_use\nsomething odd happened\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent / "src")}
+    out = subprocess.run([sys.executable, str(SCORE), str(tmp_path)], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert f"{tmp_path}: 2 logs: right 1 (50 %), unknown 1, wrong cause 0" in out.stdout
+    assert "expected port_in_use, got unknown" in out.stdout
+    bad = subprocess.run([sys.executable, str(SCORE), str(tmp_path / "nope")], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode == 2 and "not a directory" in bad.stderr
