@@ -1,11 +1,13 @@
 """Score failure triage on real logs: right / unknown / wrong cause, per set, listing each miss.
 
-    PYTHONPATH=src python bench/triage_score.py [--sets dev,scored,fresh,dev2,earlier] [--rules DIR] [DIR ...]
+    PYTHONPATH=src python bench/triage_score.py [--sets dev,scored,fresh,dev2,check,earlier] [--rules DIR] [DIR ...]
 
 Sets: ``dev`` and ``scored`` are the issue-27 corpus (tests/data/triage_corpus/, split by
 ``split.py`` before any rule was written; rules are written from ``dev`` only), ``fresh`` are logs
 collected after the rules were frozen (tests/data/triage_corpus/fresh/), ``dev2`` are logs collected
 for the failure classes the rules were thin on (tests/data/triage_corpus/dev2/, development data),
+``check`` are logs collected after dev2's rules and scored once before any rule was written from them
+(tests/data/triage_corpus/check/; development data since),
 ``earlier`` is the older corpus under tests/data/logs/ (all of it development data). A directory
 given as an argument is scored as one more set: every ``*.log`` under it, the engine taken from the
 log's folder name (``vllm/``, ``sglang/``, ``llamacpp/``, ``trtllm/``, ``pytorch/``; others: none). A failure log is "right" when
@@ -60,8 +62,9 @@ def sets() -> dict[str, list[Path]]:
     earlier = sorted(p for p in EARLIER.glob("*/*.log"))
     fresh = sorted(CORPUS.glob("fresh/*/*.log"))
     dev2 = sorted(CORPUS.glob("dev2/*/*.log"))
+    check = sorted(CORPUS.glob("check/*/*.log"))
     return {"dev": [CORPUS / p for p in dev], "scored": [CORPUS / p for p in scored], "fresh": fresh,
-            "dev2": dev2, "earlier": earlier}
+            "dev2": dev2, "check": check, "earlier": earlier}
 
 
 def report(name: str, paths: list[Path], rules_dir: str | None) -> str:
@@ -85,7 +88,7 @@ def main() -> None:
     ap.add_argument("dirs", nargs="*", type=Path,
                     help="directories of logs to score as sets of their own (then --sets defaults to none)")
     ap.add_argument("--sets", default=None,
-                    help="comma-separated: dev, scored, fresh, dev2, earlier (default: all of them)")
+                    help="comma-separated: dev, scored, fresh, dev2, check, earlier (default: all of them)")
     ap.add_argument("--rules", default=None, help="a user rules directory merged over the shipped rules")
     args = ap.parse_args()
     all_sets = sets()
