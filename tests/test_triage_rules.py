@@ -314,6 +314,8 @@ def test_a_wrapper_logging_engine_errors_at_info_is_still_evidence():
     ("NotImplementedError: FP8 block scaling not yet implemented for Blackwell", "arch_unsupported"),
     ("AssertionError: expected sm90 or sm100", "arch_unsupported"),
     ("RuntimeError: HIP error: device kernel image is invalid", "arch_unsupported"),
+    ("RuntimeError: Worker failed with error 'FP8 is not supported', please check the stack trace above", "arch_unsupported"),
+    ("RuntimeError: flashinfer is not installed; the flashinfer attention backend needs it", "import_error"),
 ])
 def test_more_phrasings_by_structure(line, cause):
     assert classify(line + "\n", exit_code=1).cause == cause
@@ -323,6 +325,8 @@ def test_what_only_looks_like_the_widened_classes_names_nothing_wrong():
     # a quoted backend name is a value, not a build tool at work
     line = "AssertionError: Only {'trtllm_mha', 'triton', 'fa4'} backends are supported for this model. Got flashinfer.\n"
     assert classify(line, exit_code=1).cause == "unknown"
+    # a number format refused for a model (not for the GPU) is not an architecture refusal
+    assert classify("ValueError: FP8 is not supported for this model's checkpoint format\n", exit_code=1).cause == "unknown"
     # a model's forward() called with a keyword it lacks is a version mismatch inside the engine
     d = classify("TypeError: Qwen2Model.forward() got an unexpected keyword argument 'cache_position'\n", exit_code=1)
     assert d.cause == "unknown"
