@@ -316,6 +316,17 @@ def test_a_wrapper_logging_engine_errors_at_info_is_still_evidence():
     ("RuntimeError: HIP error: device kernel image is invalid", "arch_unsupported"),
     ("RuntimeError: Worker failed with error 'FP8 is not supported', please check the stack trace above", "arch_unsupported"),
     ("RuntimeError: flashinfer is not installed; the flashinfer attention backend needs it", "import_error"),
+    ('Error: Os { code: 98, kind: AddrInUse, message: "Address already in use" }', "port_in_use"),
+    ("Bind for 0.0.0.0:8000 failed: port is already allocated", "port_in_use"),
+    ("error: unknown option '--ctx-size'", "bad_args"),
+    ("Error: unknown flag: --gpus", "bad_args"),
+    ("Error: llama runner process has terminated: exit status 0xc0000409", "crash"),
+    ("./run.sh: line 3: 12345 Illegal instruction     ./llama-server -m x.gguf", "crash"),
+    ('State: {"OOMKilled": true, "ExitCode": 137}', "killed"),
+    ("fatal error: runtime: out of memory", "oom_host"),
+    ("ggml_metal_graph_compute: command buffer 0 failed with status 5 error: Insufficient Memory", "oom_gpu"),
+    ("dyld[123]: Library not loaded: @rpath/libllama.dylib", "import_error"),
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/models/llama/config.json'", "model_load"),
 ])
 def test_more_phrasings_by_structure(line, cause):
     assert classify(line + "\n", exit_code=1).cause == cause
