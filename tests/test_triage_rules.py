@@ -336,6 +336,9 @@ def test_what_only_looks_like_the_widened_classes_names_nothing_wrong():
     # a quoted backend name is a value, not a build tool at work
     line = "AssertionError: Only {'trtllm_mha', 'triton', 'fa4'} backends are supported for this model. Got flashinfer.\n"
     assert classify(line, exit_code=1).cause == "unknown"
+    # "expected" names an architecture only with an architecture token; a container not OOM-killed is no kill
+    assert classify("ValueError: expected the architecture in config.json to be a list\n", exit_code=1).cause == "unknown"
+    assert classify('State: {"OOMKilled": false, "ExitCode": 1}\n', exit_code=1).cause == "unknown"
     # a number format refused for a model (not for the GPU) is not an architecture refusal
     assert classify("ValueError: FP8 is not supported for this model's checkpoint format\n", exit_code=1).cause == "unknown"
     # a model's forward() called with a keyword it lacks is a version mismatch inside the engine
