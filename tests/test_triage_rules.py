@@ -341,6 +341,8 @@ def test_what_only_looks_like_the_widened_classes_names_nothing_wrong():
     assert classify('State: {"OOMKilled": false, "ExitCode": 1}\n', exit_code=1).cause == "unknown"
     # a number format refused for a model (not for the GPU) is not an architecture refusal
     assert classify("ValueError: FP8 is not supported for this model's checkpoint format\n", exit_code=1).cause == "unknown"
+    # ... nor is one refused in combination with a backend
+    assert classify("ValueError: fp8 kv cache is not supported with the flashinfer backend\n", exit_code=1).cause == "unknown"
     # a model's forward() called with a keyword it lacks is a version mismatch inside the engine
     d = classify("TypeError: Qwen2Model.forward() got an unexpected keyword argument 'cache_position'\n", exit_code=1)
     assert d.cause == "unknown"
