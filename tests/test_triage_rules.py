@@ -352,6 +352,10 @@ def test_what_only_looks_like_the_widened_classes_names_nothing_wrong():
            "  Value error, Bfloat16 is only supported on GPUs with compute capability of at least 8.0. "
            "Your Tesla T4 GPU has compute capability 7.5.\n")
     assert classify(log, exit_code=1).cause == "arch_unsupported"
+    log = ("pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+           "  Value error, Model architectures ['Qwen3NextForCausalLM'] failed to be inspected. "
+           "Please check the logs for more details. [type=value_error]\n")
+    assert classify(log, exit_code=1).cause == "model_load"
     # an undefined symbol logged as a warning names the cause only when nothing else does
     log = ("WARNING 06-13 _custom_ops.py:11] Failed to import from vllm._C with ImportError('x.so: undefined symbol: _ZN5')\n"
            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n")
