@@ -328,6 +328,9 @@ def test_a_wrapper_logging_engine_errors_at_info_is_still_evidence():
     ("dyld[123]: Library not loaded: @rpath/libllama.dylib", "import_error"),
     ("FileNotFoundError: [Errno 2] No such file or directory: '/models/llama/config.json'", "model_load"),
     ("java.lang.RuntimeException: Failed to bind to address. Maybe it is already in use?", "port_in_use"),
+    ("RuntimeError: FlashAttention cannot be used on Turing GPUs", "arch_unsupported"),
+    ("RuntimeError: ROCm 7 no longer supports gfx906", "arch_unsupported"),
+    ("AssertionError: FP8 MoE is not enabled for sm_120 yet", "arch_unsupported"),
 ])
 def test_more_phrasings_by_structure(line, cause):
     assert classify(line + "\n", exit_code=1).cause == cause
