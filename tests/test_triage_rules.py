@@ -340,6 +340,9 @@ def test_what_only_looks_like_the_widened_classes_names_nothing_wrong():
     # a quoted backend name is a value, not a build tool at work
     line = "AssertionError: Only {'trtllm_mha', 'triton', 'fa4'} backends are supported for this model. Got flashinfer.\n"
     assert classify(line, exit_code=1).cause == "unknown"
+    # a checkpoint's "architectures" field or a config's architecture is not a GPU's
+    assert classify("ValueError: 'architectures' is required in config.json\n", exit_code=1).cause == "unknown"
+    assert classify("ValueError: the checkpoint architecture requires trust_remote_code=True\n", exit_code=1).cause == "unknown"
     # "expected" names an architecture only with an architecture token; a container not OOM-killed is no kill
     assert classify("ValueError: expected the architecture in config.json to be a list\n", exit_code=1).cause == "unknown"
     assert classify('State: {"OOMKilled": false, "ExitCode": 1}\n', exit_code=1).cause == "unknown"
