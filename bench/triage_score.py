@@ -1,11 +1,16 @@
 """Score failure triage on real logs: right / unknown / wrong cause, per set, listing each miss.
 
-    PYTHONPATH=src python bench/triage_score.py [--sets dev,scored,earlier] [--rules DIR]
+    PYTHONPATH=src python bench/triage_score.py [--sets dev,scored,fresh,dev2,check,earlier] [--rules DIR] [DIR ...]
 
 Sets: ``dev`` and ``scored`` are the issue-27 corpus (tests/data/triage_corpus/, split by
 ``split.py`` before any rule was written; rules are written from ``dev`` only), ``fresh`` are logs
-collected after the rules were frozen (tests/data/triage_corpus/fresh/), ``earlier`` is the
-older corpus under tests/data/logs/ (all of it development data). A failure log is "right" when
+collected after the rules were frozen (tests/data/triage_corpus/fresh/), ``dev2`` are logs collected
+for the failure classes the rules were thin on (tests/data/triage_corpus/dev2/, development data),
+``check`` are logs collected after dev2's rules and scored once before any rule was written from them
+(tests/data/triage_corpus/check/; development data since),
+``earlier`` is the older corpus under tests/data/logs/ (all of it development data). A directory
+given as an argument is scored as one more set: every ``*.log`` under it, the engine taken from the
+log's folder name (``vllm/``, ``sglang/``, ``llamacpp/``, ``trtllm/``, ``pytorch/``; others: none). A failure log is "right" when
 ``classify`` names its ``# expected:`` cause, "unknown" when it says unknown, "wrong" when it names
 another cause; a log with ``expected: none`` is "right" when ``find_cause`` finds nothing.
 """
@@ -56,8 +61,10 @@ def sets() -> dict[str, list[Path]]:
     dev, scored = split()
     earlier = sorted(p for p in EARLIER.glob("*/*.log"))
     fresh = sorted(CORPUS.glob("fresh/*/*.log"))
+    dev2 = sorted(CORPUS.glob("dev2/*/*.log"))
+    check = sorted(CORPUS.glob("check/*/*.log"))
     return {"dev": [CORPUS / p for p in dev], "scored": [CORPUS / p for p in scored], "fresh": fresh,
-            "earlier": earlier}
+            "dev2": dev2, "check": check, "earlier": earlier}
 
 
 def report(name: str, paths: list[Path], rules_dir: str | None) -> str:
@@ -67,7 +74,8 @@ def report(name: str, paths: list[Path], rules_dir: str | None) -> str:
         kind, want, got = score(path, rules_dir)
         kinds[kind] += 1
         if kind != "right":
-            out.append(f"  [{name}] {kind}: {path.relative_to(ROOT)} expected {want}, got {got}")
+            shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            out.append(f"  [{name}] {kind}: {shown} expected {want}, got {got}")
     n = sum(kinds.values())
     pct = 100 * kinds["right"] / n if n else 0.0
     out.append(f"{name}: {n} logs: right {kinds['right']} ({pct:.0f} %), unknown {kinds['unknown']}, "
@@ -77,14 +85,27 @@ def report(name: str, paths: list[Path], rules_dir: str | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sets", default="dev,scored,fresh,earlier", help="comma-separated: dev, scored, fresh, earlier")
+    ap.add_argument("dirs", nargs="*", type=Path,
+                    help="directories of logs to score as sets of their own (then --sets defaults to none)")
+    ap.add_argument("--sets", default=None,
+                    help="comma-separated: dev, scored, fresh, dev2, check, earlier (default: all of them)")
     ap.add_argument("--rules", default=None, help="a user rules directory merged over the shipped rules")
     args = ap.parse_args()
     all_sets = sets()
-    for name in args.sets.split(","):
+    names = args.sets.split(",") if args.sets else ([] if args.dirs else list(all_sets))
+    for name in names:
         if name not in all_sets:
-            sys.exit(f"--sets: unknown set {name!r}; known: {', '.join(all_sets)}")
+            ap.error(f"--sets: unknown set {name!r}; known: {', '.join(all_sets)}")
+    for d in args.dirs:
+        if not d.is_dir():
+            ap.error(f"dirs: {d} is not a directory")
+    for name in names:
         print(report(name, all_sets[name], args.rules))
+    for d in args.dirs:
+        paths = sorted(d.rglob("*.log"))
+        if not paths:
+            ap.error(f"dirs: {d} holds no *.log files")
+        print(report(str(d), paths, args.rules))
 
 
 if __name__ == "__main__":

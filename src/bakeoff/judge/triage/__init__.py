@@ -32,7 +32,9 @@ API::
 
 Decision order:
 
-1. A line is evidence only if it matches a rule and is not a warning/info line, not ``benign``
+1. A line is evidence only if it matches a rule and is not a warning/info line (one whose
+   warning/info prefix is followed by an ``error_level``, as when a wrapper logs the engine's output
+   at INFO, is an error line), not ``benign``
    (e.g. Ray's list of "potential root causes"), not a line saying the engine coped (falling back,
    forcing off, skipping, ignoring) and not followed within a few lines by a retry. The winning
    cause is the one whose first evidence line ranks highest by (tier, earliest line, priority):

@@ -134,6 +134,7 @@ class _Causes:
     rules: tuple[Rule, ...]
     info: dict  # cause -> (explanation, hint, hard, confidence)
     warning: re.Pattern[str]
+    error_level: re.Pattern[str]  # an error level after a warning/info prefix (a wrapped log): still evidence
     benign: re.Pattern[str] | None
     recovered: re.Pattern[str] | None  # a line saying the engine coped: not evidence
     retry: re.Pattern[str] | None  # a line saying it retries: neither it nor the few lines before are evidence
@@ -212,6 +213,7 @@ def _load(rules_dir: str, user_dir: str | None = None) -> _Causes:
         rules=tuple(rules),
         info=info,
         warning=re.compile(common.warning_line or r"(?!x)x"),
+        error_level=re.compile(common.error_level or r"(?!x)x"),
         benign=filters[0],
         recovered=filters[1],
         retry=filters[2],
@@ -346,13 +348,19 @@ class _Filter:
 
     def excluded(self, rule: Rule, start: int, line: str) -> bool:
         c = self.c
-        if not rule.match_warnings and c.warning.search(line):
+        if not rule.match_warnings and self._warning(line):
             return True
         if c.benign is not None and c.benign.search(line):
             return True
         if c.recovered is not None and c.recovered.search(line):
             return True
         return self._retried(start, line)
+
+    def _warning(self, line: str) -> bool:
+        """Logged at a non-error level: a warning/info prefix not followed by an error level (a wrapper
+        that logs an engine's lines at INFO, ``- INFO - ERROR 08-13 ... engine.py:400] ...``, is not)."""
+        m = self.c.warning.search(line)
+        return m is not None and self.c.error_level.search(line, m.end()) is None
 
     def _retried(self, start: int, line: str) -> bool:
         if self.c.retry is None:

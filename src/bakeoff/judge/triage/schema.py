@@ -94,6 +94,7 @@ class CommonFile(_Strict):
     """``_common.toml``: line filters, the shape gate, token classes and engine phases."""
 
     warning_line: str | None = None
+    error_level: str | None = None
     benign: list[str] = []
     recovered: list[str] = []
     retry: list[str] = []
@@ -102,7 +103,7 @@ class CommonFile(_Strict):
     classes: dict[str, list[str]] = {}
     phases: dict[str, list[str]] = {}
 
-    @field_validator("warning_line")
+    @field_validator("warning_line", "error_level")
     @classmethod
     def _warning(cls, v: str | None) -> str | None:
         return None if v is None else _regex(v)
@@ -165,6 +166,7 @@ def merge_common(base: CommonFile, user: CommonFile) -> CommonFile:
     """The user's common settings over the shipped ones (see the module docstring)."""
     return CommonFile(
         warning_line=user.warning_line or base.warning_line,
+        error_level=user.error_level or base.error_level,
         benign=[*base.benign, *user.benign],
         recovered=[*base.recovered, *user.recovered],
         retry=[*base.retry, *user.retry],
