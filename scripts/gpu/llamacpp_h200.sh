@@ -13,7 +13,8 @@
 #     pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 typing-inspection==0.4.5 \
 #     typer==0.29.2 rich==15.0.0 typing-extensions==4.16.0
 # On the device, consecutive calls (each within the 30 s a machine stays warm):
-#   1. carry .gpu/llama.cpp-src.tar.xz .gpu/smollm2.part.00:  bash scripts/gpu/llamacpp_h200.sh start
+#   1. carry .gpu/llama.cpp-src.tar.xz .gpu/smollm2.part.00 (or .01: each call copies the half it carries):
+#      bash scripts/gpu/llamacpp_h200.sh start
 #      (unpacks, starts both builds in the background with setsid, side by side, -j16 each), then
 #      WAIT_CAP_S=280 ... wait   holds the machine while they build
 #   2. carry .gpu/smollm2.part.01 .whl:  END_S=570 bash scripts/gpu/llamacpp_h200.sh model wait sweep
@@ -64,12 +65,12 @@ for p in ('pydantic','typer','rich','httpx','aiohttp','psutil','scipy','nvidia-m
     except Exception as e: print(p, 'MISSING')
 import pynvml; pynvml.nvmlInit(); h=pynvml.nvmlDeviceGetHandleByIndex(0); print('nvml energy mJ', pynvml.nvmlDeviceGetTotalEnergyConsumption(h))" 2>&1 | tee -a $LL/run.log
   tar -C $LL -xJf .gpu/llama.cpp-src.tar.xz || exit 3
-  cp .gpu/smollm2.part.00 $MD/ || exit 3
+  cp .gpu/smollm2.part.0* $MD/ || exit 3  # whichever half this call carries (the tree may leave room for only the smaller one)
   build_script > $LL/build.sh
   BUILDS="${BUILDS:-sm90 sm100}" setsid nohup bash $LL/build.sh > $LL/build.out 2>&1 < /dev/null &
   log "builds started in the background (pid $!)" ;;
 model)
-  cp .gpu/smollm2.part.01 $MD/ || exit 3
+  cp .gpu/smollm2.part.0* $MD/ || exit 3  # the other half
   cat $MD/smollm2.part.00 $MD/smollm2.part.01 > $MD/SmolLM2-135M-Instruct.Q4_1.gguf && rm $MD/smollm2.part.0*
   got=$(sha256sum $MD/SmolLM2-135M-Instruct.Q4_1.gguf | cut -d' ' -f1)
   log "model sha256 $got $([ $got = $MODEL_SHA ] && echo OK || echo MISMATCH)"
