@@ -85,7 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budgets", type=int, nargs="+", default=[24, 48], help="bench.max_extra_launches values")
     ap.add_argument("--no-header", dest="header", action="store_false")
     ap.add_argument("--models", nargs="+", default=list(MODELS), help="noise models (default: all)")
+    ap.add_argument("--block-sd", type=float, nargs="+", default=[], help="instead of --models: machines given by the "
+                    "sd (log) of one paired block's difference, as bench/race_planted_aa.py measures it (each launch "
+                    "one value with launch noise sd / sqrt(2), no drift)")
     args = ap.parse_args(argv)
+    if args.block_sd:
+        for sd in args.block_sd:
+            MODELS[f"block sd {sd * 100:.0f} %"] = (sd / math.sqrt(2), 0.0, 1, 0.0)
+        args.models = [f"block sd {sd * 100:.0f} %" for sd in args.block_sd]
     if args.header:
         print(f"{args.trials} simulated comparisons per row; resolve = {args.resolve}; 'right' = A/A: no faster/slower "
               "call, planted: called slower; launches = the baseline's and the change's, screening included")
