@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from bakeoff.store import Store
+from clirun import run_cli
 
 API_KEY = "sk-e2e-0123456789abcdefKEY"
 KEY_ENV = {**os.environ, "BAKEOFF_E2E_KEY": API_KEY}
@@ -49,8 +50,8 @@ def sweep(tmp_path_factory):
     # and bench request must carry it (server.api_key_env), and the key must show nowhere
     text = text.replace('"--no-webui"]', f'"--no-webui", "--api-key", "{API_KEY}"]\napi_key_env = "BAKEOFF_E2E_KEY"')
     spec.write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(out / "run")],
-                          capture_output=True, text=True, timeout=900, env=KEY_ENV)
+    proc = run_cli([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(out / "run")],
+                   capture_output=True, text=True, timeout=900, env=KEY_ENV)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not _servers(str(out)), "a llama-server was left running"
     return {"dir": out / "run", "stdout": proc.stdout, "stderr": proc.stderr, "axes": data["axes"]}
@@ -113,8 +114,8 @@ def test_report_has_rows_and_a_recommendation(sweep):
 def test_rerun_resumes_without_rerunning(sweep):
     with Store(sweep["dir"]) as store:
         before = {t.key: (t.attempts, t.finished) for t in store.trials()}
-    proc = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(sweep["dir"].parent / "spec.toml"),
-                           "--out", str(sweep["dir"])], capture_output=True, text=True, timeout=120, env=KEY_ENV)
+    proc = run_cli([sys.executable, "-m", "bakeoff.cli", "run", str(sweep["dir"].parent / "spec.toml"),
+                    "--out", str(sweep["dir"])], capture_output=True, text=True, timeout=120, env=KEY_ENV)
     assert proc.returncode == 0, proc.stderr[-2000:]
     with Store(sweep["dir"]) as store:
         after = {t.key: (t.attempts, t.finished) for t in store.trials()}

@@ -24,6 +24,7 @@ from bakeoff import spec as specmod
 from bakeoff.errors import SpecError
 from bakeoff.store import Store, TrialRecord
 from bakeoff.pipeline import Events, run_sweep
+from clirun import run_cli
 
 pytestmark = pytest.mark.engine
 
@@ -268,8 +269,8 @@ def test_nonexistent_model_path_is_a_spec_error_exit_2(real_llamacpp, tmp_path):
     assert not list((tmp_path / "o").glob("logs/*"))
     spec_file = tmp_path / "spec.toml"
     spec_file.write_text(f'name = "x"\nengine = "llamacpp"\n[model]\npath = "{missing}"\n')
-    cli = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec_file), "--out", str(tmp_path / "o")],
-                         capture_output=True, text=True, timeout=120)
+    cli = run_cli([sys.executable, "-m", "bakeoff.cli", "run", str(spec_file), "--out", str(tmp_path / "o")],
+                  capture_output=True, text=True, timeout=120)
     assert cli.returncode == 2, cli.stdout + cli.stderr
     assert "does not exist" in cli.stdout + cli.stderr
     assert not list((tmp_path / "o").glob("logs/*"))

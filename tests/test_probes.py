@@ -480,14 +480,13 @@ def test_bad_probe_set_is_a_spec_error_naming_the_field(tmp_path, content, match
 
 
 def test_missing_probe_set_file_exits_2(tmp_path):
-    import subprocess
     import sys
 
     spec_file = tmp_path / "spec.toml"
     spec_file.write_text(f'name = "x"\nengine = "llamacpp"\n[model]\npath = "{tmp_path / "m.gguf"}"\n'
                          f'[probes]\nset = "{tmp_path / "missing.toml"}"\n')
-    cli = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec_file), "--out", str(tmp_path / "o")],
-                         capture_output=True, text=True, timeout=120)
+    cli = run_cli([sys.executable, "-m", "bakeoff.cli", "run", str(spec_file), "--out", str(tmp_path / "o")],
+                  capture_output=True, text=True, timeout=120)
     assert cli.returncode == 2, cli.stdout + cli.stderr
     assert "probes.set" in cli.stdout + cli.stderr and "does not exist" in cli.stdout + cli.stderr
 
@@ -558,6 +557,7 @@ def test_collection_stops_early_only_on_unexcusable_findings():
 
 # ------------------------------------------------------------------ the benchmark's replies (path 5)
 from bakeoff.measure import bench as benchmod  # noqa: E402
+from clirun import run_cli
 
 
 def timed(text_tokens: list[str], lp=-0.1, finish="stop", error=None) -> Result:

@@ -17,6 +17,7 @@ from bakeoff.decide.race import Race, contenders, looks
 from bakeoff.decide.stats import Paired, Ratio, blocks_needed, mde
 from bakeoff.spec import Spec
 from bakeoff.store import TrialRecord
+from clirun import run_cli
 
 
 def run(race: Race, speed: dict[str, float], drift: float = 0.0, rng: random.Random | None = None,
@@ -262,7 +263,6 @@ def test_a_real_sweep_races_two_identical_configurations_in_paired_blocks(tmp_pa
     """Two configurations that differ by an env variable llama-server never reads (A/A): the
     screening leaves the change a contender, the race launches baseline / change / change /
     baseline (logs 7001-7004), stores two paired blocks and every output says what was resolved."""
-    import subprocess
     import sys
 
     from bakeoff.store import Store
@@ -270,8 +270,8 @@ def test_a_real_sweep_races_two_identical_configurations_in_paired_blocks(tmp_pa
     spec = tmp_path / "spec.toml"
     spec.write_text(REAL_SPEC)
     out = tmp_path / "sweep"
-    done = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(out)],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    done = run_cli([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(out)],
+                   capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     logs = sorted(p.name.split("-")[0] for p in (out / "logs").glob("700*.log"))
     assert logs == ["7001", "7002", "7003", "7004"]

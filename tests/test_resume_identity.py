@@ -11,6 +11,7 @@ from pathlib import Path
 
 from bakeoff import decide
 from bakeoff.store import Store
+from clirun import run_cli
 
 SPEC = """
 name = "resume-identity"
@@ -42,8 +43,8 @@ output_tokens = 16
 def _run(tmp_path, batch: str, values: str) -> subprocess.CompletedProcess:
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC.format(batch=batch, values=values))
-    res = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(tmp_path / "o")],
-                         capture_output=True, text=True, timeout=600)
+    res = run_cli([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(tmp_path / "o")],
+                  capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     return res
 

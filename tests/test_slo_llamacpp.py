@@ -25,6 +25,7 @@ from bakeoff import measure
 from bakeoff.decide import load as load_decision
 from bakeoff.spec import Bench
 from bakeoff.store import Store
+from clirun import run_cli
 
 TOKENS = dict(input_tokens=16, output_tokens=48)
 
@@ -88,8 +89,8 @@ def test_slo_search_finds_the_slot_count_and_ranks_by_goodput(real_llamacpp, tmp
     tomllib.loads(text)
     spec = tmp_path / "spec.toml"
     spec.write_text(text)
-    proc = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(tmp_path / "run")],
-                          capture_output=True, text=True, timeout=600)
+    proc = run_cli([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(tmp_path / "run")],
+                   capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not _servers_of(tmp_path), "a llama-server was left running"
     with Store(tmp_path / "run") as store:

