@@ -161,7 +161,7 @@ def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None
     """The decision over this spec's trials, and the trials with their final verdicts.
 
     ``baseline_runs``: the baseline's metrics from its later launches in the sweep
-    (``measure.remeasure``), oldest first. With ``bench.launch_noise = "auto"`` and at least
+    (``relaunch.remeasure``), oldest first. With ``bench.launch_noise = "auto"`` and at least
     three launches in all, every comparison is made against the baseline's mean over its
     launches, with the launch noise they show (``stats.ratio_vs_launches``); otherwise against
     its first launch with the configured launch noise. The last run against the first is the
@@ -618,7 +618,7 @@ def baseline_launches_wanted(spec: dict, trials: list[TrialRecord]) -> int:
 
 
 def baseline_runs(store: Store) -> list[dict]:
-    """The baseline's later launches for this spec (``measure.remeasure``), oldest first: the
+    """The baseline's later launches for this spec (``relaunch.remeasure``), oldest first: the
     meta ``baseline_runs`` of the store's current identity (an edited spec's runs are not its
     own), or an older store's single ``baseline_again``."""
     identity = store.meta("identity")
