@@ -49,7 +49,7 @@ from bakeoff.run.trial import deploy_launch
 from bakeoff.run.hosts.local import LocalHost
 from bakeoff.spec import Spec
 from bakeoff.run.identity import identity_of, spec_changes
-from bakeoff.store import Store, TrialRecord
+from bakeoff.store import CORRECT, Store, TrialRecord
 
 MAX_HOST_FAILURES = 2
 
@@ -541,7 +541,7 @@ def _baseline_probes(store: Store, base: TrialRecord, p: Planned) -> dict | None
     if not p.changed:
         return None
     base = store.get(base.key)
-    if base is None or base.metrics.get("judged", base.verdict) not in ("ok", "slow"):
+    if base is None or base.judged not in CORRECT:
         return None
     art = store.artifact(base.key, "probes")
     relaunched = [r["answers"] for r in decide.baseline_runs(store) if r.get("answers")]

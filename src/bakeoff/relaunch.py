@@ -15,7 +15,7 @@ from bakeoff.plan import Planned
 from bakeoff.run.executors.base import Recorder, runner_for
 from bakeoff.run.hosts import Host
 from bakeoff.spec import Spec
-from bakeoff.store import TrialRecord
+from bakeoff.store import CORRECT, TrialRecord
 
 RACE_RUN_IDX = 7000  # the race's n-th launch logs to logs/<7000 + n>-<key>.log
 
@@ -57,7 +57,7 @@ def remeasure(spec, store, host, sweep_dir, model_path: str, *, progress=None, s
     cut re-run says nothing about the noise)."""
     trials = [t for t in store.current() if t.is_finished()]
     base = next((t for t in trials if t.is_baseline), None)
-    if base is None or base.metrics.get("judged", base.verdict) not in ("ok", "slow"):
+    if base is None or base.judged not in CORRECT:
         return None
     if not any(t.changed and t.verdict != "skipped" for t in trials):
         return None

@@ -15,16 +15,36 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from bakeoff.errors import StoreError
 from bakeoff.redact import mask_argv, redact_env, redact_obj, redact_text
+from bakeoff.spec import Bench, Probes, Server, Spec
 
 SCHEMA_VERSION = 2  # 2: trials.identity (what the result depends on), meta 'decision'
 
-VERDICTS = ("ok", "slow", "wrong", "unstable", "crashed", "skipped", "interrupted", "infra_error")
-FINISHED_VERDICTS = ("ok", "slow", "wrong", "unstable", "crashed", "skipped")
+
+class Verdict(StrEnum):
+    """A trial's verdict. A ``str`` enum: stored as its value, equal to it (``Verdict.OK == "ok"``)."""
+
+    OK = "ok"                    # correct, and not slower than the baseline beyond its noise
+    SLOW = "slow"                # correct, slower than ``bench.slow_fraction`` of the baseline
+    WRONG = "wrong"              # failed a correctness check
+    UNSTABLE = "unstable"        # failed a statistical gate once, passed it when launched again (judge.confirm)
+    CRASHED = "crashed"          # the server failed to start, died or hung
+    SKIPPED = "skipped"          # never launched: a known-bad combination (plan.prune)
+    INTERRUPTED = "interrupted"  # stopped by the user; runs again on resume
+    INFRA_ERROR = "infra_error"  # the host or worker failed, not the configuration; runs again on resume
+
+
+VERDICTS = tuple(Verdict)
+FINISHED_VERDICTS = (Verdict.OK, Verdict.SLOW, Verdict.WRONG, Verdict.UNSTABLE, Verdict.CRASHED, Verdict.SKIPPED)
+CORRECT = (Verdict.OK, Verdict.SLOW)  # passed correctness: the only verdicts ranked, recommended or used as a reference
+FAILED = (Verdict.WRONG, Verdict.CRASHED)  # the configuration itself failed (not skipped, stopped or the host's fault)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -87,6 +107,8 @@ class TrialRecord:
     identity: str = ""  # digest of what the result depends on besides the configuration (``identity_of``)
 
     def __post_init__(self) -> None:
+        if self.verdict in VERDICTS and not isinstance(self.verdict, Verdict):
+            object.__setattr__(self, "verdict", Verdict(self.verdict))
         if self.state not in ("pending", "running", "finished"):
             raise ValueError(f"bad trial state {self.state!r}")
         if self.state == "finished" and self.verdict not in VERDICTS:
@@ -96,6 +118,14 @@ class TrialRecord:
 
     def is_finished(self) -> bool:
         return self.state == "finished" and self.verdict in FINISHED_VERDICTS
+
+    @property
+    def judged(self) -> Verdict | None:
+        """The verdict of the trial's own run, for correctness: ``verdict`` is the final one, where
+        ``decide`` may have made an ``ok`` run ``slow`` against the baseline, and keeps the run's in
+        ``metrics["judged"]``; before any decision the two are the same."""
+        v = self.metrics.get("judged", self.verdict)
+        return Verdict(v) if v in VERDICTS else v
 
     @property
     def is_baseline(self) -> bool:
@@ -206,6 +236,20 @@ class Store:
             return None
         return {"name": row["name"], "spec": json.loads(row["spec"]), "fingerprint": json.loads(row["fingerprint"]),
                 "created": row["created"], "identity": self.meta("identity")}
+
+    def spec(self) -> Spec:
+        """The spec this sweep runs now, as the spec model (defaults for fields added since it was
+        stored). StoreError, one line, when none is recorded or it no longer validates."""
+        sweep = self.sweep()
+        if sweep is None:
+            raise StoreError(f"{self.path}: no sweep recorded in this store")
+        try:
+            return Spec.model_validate(sweep["spec"])
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(x) for x in first["loc"]) or "spec"
+            raise StoreError(f"{self.path}: its stored spec does not validate with this bakeoff "
+                             f"({where}: {first['msg']}; {err.error_count()} error(s))") from None
 
     def set_meta(self, key: str, value: Any) -> None:
         with self._tx():
@@ -321,6 +365,18 @@ class Store:
     def artifact(self, trial_key: str, name: str) -> Any:
         row = self.db.execute("SELECT data FROM artifacts WHERE trial_key=? AND name=?", (trial_key, name)).fetchone()
         return json.loads(row["data"]) if row else None
+
+
+_TABLES: dict[str, type[BaseModel]] = {"bench": Bench, "server": Server, "probes": Probes}
+
+
+def spec_table(spec: dict, name: str) -> dict:
+    """Table ``name`` (bench, server, probes) of a stored spec (its JSON, ``Store.sweep()["spec"]``)
+    with the spec model's default for every field it does not hold: a sweep stored before a field
+    existed reads as the model says, and no reader restates a default."""
+    fields = _TABLES[name].model_fields
+    defaults = {k: f.get_default(call_default_factory=True) for k, f in fields.items() if not f.is_required()}
+    return {**defaults, **(spec.get(name) or {})}
 
 
 def _text(value: str) -> str:

@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import time
 
-from bakeoff.store import TrialRecord
+from bakeoff.store import CORRECT, TrialRecord
 
 STATISTICAL = ("task_gate", "lm_eval_task")  # paired significance tests: a launch's own noise can fail them
-CORRECT = ("ok", "slow")
 
 
 def needs_confirming(rec: TrialRecord) -> bool:
