@@ -65,7 +65,7 @@ def test_a_gate_only_failure_that_passes_on_a_relaunch_is_unstable_never_recomme
     sw, ex, store = _sweep(tmp_path, {False: [dict(verdict="ok")], True: [GATE_FAIL, dict(verdict="ok", detail="agreement=1.0")]})
     relaunched = []
 
-    def relaunch():  # measure.remeasure: the baseline launched once more, its gate answers stored
+    def relaunch():  # relaunch.remeasure: the baseline launched once more, its gate answers stored
         relaunched.append(len(ex.launches))
         store.set_meta("baseline_runs", [{"identity": "i", "launch": 2, "answers": {"gate": {"gate:add0": False}}}])
         return {}
@@ -106,7 +106,7 @@ def test_any_other_wrong_is_not_relaunched(tmp_path):
 
 
 def test_the_baselines_relaunch_answers_reach_every_later_trial(tmp_path):
-    """What the baseline's relaunches answered right (``measure.remeasure`` stores it in
+    """What the baseline's relaunches answered right (``relaunch.remeasure`` stores it in
     ``baseline_runs``) goes with the baseline's answers to every trial it judges."""
     from bakeoff.pipeline import _trial
 

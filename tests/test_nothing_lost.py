@@ -297,7 +297,7 @@ def test_the_identity_changes_with_every_input_that_changes_a_verdict(tmp_path, 
     import shutil
 
     from bakeoff.spec import loads
-    from bakeoff.store import identity_of, identity_parts
+    from bakeoff.run.identity import identity_of, identity_parts
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
@@ -343,7 +343,7 @@ def test_the_identity_changes_with_every_input_that_changes_a_verdict(tmp_path, 
 
 def test_an_hf_models_cached_revision_is_part_of_the_identity(tmp_path, monkeypatch):
     from bakeoff.spec import loads
-    from bakeoff.store import identity_of
+    from bakeoff.run.identity import identity_of
 
     monkeypatch.setenv("HF_HOME", str(tmp_path))
     ref = tmp_path / "hub" / "models--org--m" / "refs" / "main"

@@ -2,7 +2,7 @@
 blocks cancel a drifting machine, the looks' intervals, equivalence (TOST), the schedule (which
 keys launch next, in what order, until when; resumed after a kill) and the sentences the decision
 prints. No engine: a launch is the figure it would store (the real launches are
-measure.remeasure's, shared with the baseline's relaunches)."""
+relaunch.remeasure's, shared with the baseline's relaunches)."""
 
 from __future__ import annotations
 
@@ -287,7 +287,7 @@ def test_a_real_sweep_races_two_identical_configurations_in_paired_blocks(tmp_pa
 
 
 def test_asking_for_a_finer_resolution_keeps_the_trials_identity():
-    from bakeoff.store import identity_of
+    from bakeoff.run.identity import identity_of
 
     plain = Spec.model_validate({**SPEC, "bench": {}})
     finer = Spec.model_validate({**SPEC, "bench": {"resolve": 0.02, "max_extra_launches": 100}})

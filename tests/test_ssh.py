@@ -746,7 +746,7 @@ def test_a_remote_models_size_and_mtime_read_on_the_host_are_part_of_the_identit
     """The model exists only on the remote: its stamp is read there, and a re-downloaded model
     (another mtime) is another identity (the old verdicts become stale, never reused)."""
     from bakeoff.spec import parse
-    from bakeoff.store import identity_of
+    from bakeoff.run.identity import identity_of
 
     host = _host(sshd)
     model = str(Path(sshd["remote"].model).parent / "stamp-test.gguf")  # on the remote's own tmpfs: only there

@@ -37,30 +37,21 @@ from bakeoff.plan.prune import Gate
 from bakeoff.errors import SpecError
 from bakeoff.measure.client import api_key, use_api_key_env
 from bakeoff.redact import is_secret_flag, mask_argv, redact_env, remember, remember_argv, remember_values
-from bakeoff.measure import remeasure
+from bakeoff.relaunch import launch_again, remeasure
 from bakeoff.report import write_reports
 from bakeoff.run.engines.base import get_engine
 from bakeoff.run.executors import Context, Executor, Job, make_executor
+from bakeoff.run.executors.base import Events  # noqa: F401  (callers import it from here)
 from bakeoff.run.fingerprint import for_spec as fingerprint_for
 from bakeoff.run.hosts import Host, command_line, get_host
 from bakeoff.run.hosts.checks import on_host as checks_on_host
 from bakeoff.run.trial import deploy_launch
 from bakeoff.run.hosts.local import LocalHost
 from bakeoff.spec import Spec
-from bakeoff.store import Store, TrialRecord, identity_of, spec_changes
+from bakeoff.run.identity import identity_of, spec_changes
+from bakeoff.store import CORRECT, Store, TrialRecord
 
 MAX_HOST_FAILURES = 2
-
-
-@dataclass
-class Events:
-    """Callbacks for live progress; all optional."""
-
-    trial_start: Callable[[Planned, int], None] = lambda p, n: None
-    # (phase, "") when a trial's phase starts, then (phase, note) for its progress notes
-    phase: Callable[[str, str], None] = lambda phase, line: None
-    trial_end: Callable[[TrialRecord], None] = lambda rec: None
-    note: Callable[[str], None] = lambda msg: None
 
 
 class StopFlag:
@@ -296,7 +287,7 @@ class Sweep:
     stopped: Callable[[], bool]
     started: float = 0.0
     gave_up: dict[str, dict] = field(default_factory=dict)  # key -> config: the host failed under it this run
-    relaunch: Callable[[], dict | None] = lambda: None  # one more launch of the baseline (measure.remeasure)
+    relaunch: Callable[[], dict | None] = lambda: None  # one more launch of the baseline (relaunch.remeasure)
     race_launch: Callable[[TrialRecord, int], dict | None] = lambda rec, n: None  # one launch in the race (launch_again)
     unbased: set[str] = field(default_factory=set)  # keys dispatched while the baseline had not passed
     confirming: dict[str, dict] = field(default_factory=dict)  # key -> its first launch: a relaunch confirms it
@@ -404,7 +395,6 @@ def _relaunch_baseline(sw: Sweep, at_end: bool) -> None:
 
 
 # -- the race (bench.resolve): measurement where the decision is ---------------------------------
-RACE_RUN_IDX = 7000  # the race's n-th launch logs to logs/<7000 + n>-<key>.log
 
 
 def _race(sw: Sweep) -> None:
@@ -466,28 +456,6 @@ def _race_to_run(sw: Sweep):
         return None
     higher = next(iter(ratios.values())).higher_is_better
     return Race.start(base.key, keys, bench.resolve, bench.max_extra_launches, sw.store.meta("identity") or "", higher)
-
-
-def launch_again(spec: Spec, host: Host, sweep_dir: Path, model_path: str, rec: TrialRecord, n: int, *,
-                 progress=None, should_stop: Callable[[], bool] = lambda: False,
-                 on_runner: Callable = lambda runner: None) -> dict | None:
-    """Launch and benchmark ``rec``'s configuration once more, as a trial is (logs to
-    ``logs/<7000 + n>-<key>.log``; nothing in the trial table changes); returns what the race
-    stores: its objective's samples and name and the requests measured, or why it failed; None
-    when stopped meanwhile (``on_runner``: see measure.remeasure)."""
-    from bakeoff.run.executors.base import Recorder, runner_for
-
-    runner = runner_for(spec, host, Recorder(), sweep_dir, model_path, progress=progress, should_stop=should_stop)
-    on_runner(runner)
-    again = runner.run(rec.with_(state="pending", verdict=None, metrics={}, attempts=0),
-                       Planned(RACE_RUN_IDX + n, rec.config, tuple(rec.changed)), None)
-    if should_stop():
-        return None
-    obj = decide.objective_of(again) if again.verdict == "ok" else None
-    if obj is None:
-        return {"failed": f"{again.verdict}: {again.detail}", "finished": time.time()}
-    return {"samples": obj.samples, "name": obj.name, "requests": decide.requests_measured(again.metrics, spec.bench.requests_per_level),
-            "finished": time.time()}
 
 
 def _propose(sw: Sweep, strategy, running: dict[str, Planned]) -> list[dict]:
@@ -573,7 +541,7 @@ def _baseline_probes(store: Store, base: TrialRecord, p: Planned) -> dict | None
     if not p.changed:
         return None
     base = store.get(base.key)
-    if base is None or base.metrics.get("judged", base.verdict) not in ("ok", "slow"):
+    if base is None or base.judged not in CORRECT:
         return None
     art = store.artifact(base.key, "probes")
     relaunched = [r["answers"] for r in decide.baseline_runs(store) if r.get("answers")]

@@ -15,16 +15,36 @@ import sqlite3
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ValidationError
+
 from bakeoff.errors import StoreError
 from bakeoff.redact import mask_argv, redact_env, redact_obj, redact_text
+from bakeoff.spec import Bench, Probes, Server, Spec
 
 SCHEMA_VERSION = 2  # 2: trials.identity (what the result depends on), meta 'decision'
 
-VERDICTS = ("ok", "slow", "wrong", "unstable", "crashed", "skipped", "interrupted", "infra_error")
-FINISHED_VERDICTS = ("ok", "slow", "wrong", "unstable", "crashed", "skipped")
+
+class Verdict(StrEnum):
+    """A trial's verdict. A ``str`` enum: stored as its value, equal to it (``Verdict.OK == "ok"``)."""
+
+    OK = "ok"                    # correct, and not slower than the baseline beyond its noise
+    SLOW = "slow"                # correct, slower than ``bench.slow_fraction`` of the baseline
+    WRONG = "wrong"              # failed a correctness check
+    UNSTABLE = "unstable"        # failed a statistical gate once, passed it when launched again (judge.confirm)
+    CRASHED = "crashed"          # the server failed to start, died or hung
+    SKIPPED = "skipped"          # never launched: a known-bad combination (plan.prune)
+    INTERRUPTED = "interrupted"  # stopped by the user; runs again on resume
+    INFRA_ERROR = "infra_error"  # the host or worker failed, not the configuration; runs again on resume
+
+
+VERDICTS = tuple(Verdict)
+FINISHED_VERDICTS = (Verdict.OK, Verdict.SLOW, Verdict.WRONG, Verdict.UNSTABLE, Verdict.CRASHED, Verdict.SKIPPED)
+CORRECT = (Verdict.OK, Verdict.SLOW)  # passed correctness: the only verdicts ranked, recommended or used as a reference
+FAILED = (Verdict.WRONG, Verdict.CRASHED)  # the configuration itself failed (not skipped, stopped or the host's fault)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -87,6 +107,8 @@ class TrialRecord:
     identity: str = ""  # digest of what the result depends on besides the configuration (``identity_of``)
 
     def __post_init__(self) -> None:
+        if self.verdict in VERDICTS and not isinstance(self.verdict, Verdict):
+            object.__setattr__(self, "verdict", Verdict(self.verdict))
         if self.state not in ("pending", "running", "finished"):
             raise ValueError(f"bad trial state {self.state!r}")
         if self.state == "finished" and self.verdict not in VERDICTS:
@@ -96,6 +118,14 @@ class TrialRecord:
 
     def is_finished(self) -> bool:
         return self.state == "finished" and self.verdict in FINISHED_VERDICTS
+
+    @property
+    def judged(self) -> Verdict | None:
+        """The verdict of the trial's own run, for correctness: ``verdict`` is the final one, where
+        ``decide`` may have made an ``ok`` run ``slow`` against the baseline, and keeps the run's in
+        ``metrics["judged"]``; before any decision the two are the same."""
+        v = self.metrics.get("judged", self.verdict)
+        return Verdict(v) if v in VERDICTS else v
 
     @property
     def is_baseline(self) -> bool:
@@ -206,6 +236,20 @@ class Store:
             return None
         return {"name": row["name"], "spec": json.loads(row["spec"]), "fingerprint": json.loads(row["fingerprint"]),
                 "created": row["created"], "identity": self.meta("identity")}
+
+    def spec(self) -> Spec:
+        """The spec this sweep runs now, as the spec model (defaults for fields added since it was
+        stored). StoreError, one line, when none is recorded or it no longer validates."""
+        sweep = self.sweep()
+        if sweep is None:
+            raise StoreError(f"{self.path}: no sweep recorded in this store")
+        try:
+            return Spec.model_validate(sweep["spec"])
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(x) for x in first["loc"]) or "spec"
+            raise StoreError(f"{self.path}: its stored spec does not validate with this bakeoff "
+                             f"({where}: {first['msg']}; {err.error_count()} error(s))") from None
 
     def set_meta(self, key: str, value: Any) -> None:
         with self._tx():
@@ -323,6 +367,18 @@ class Store:
         return json.loads(row["data"]) if row else None
 
 
+_TABLES: dict[str, type[BaseModel]] = {"bench": Bench, "server": Server, "probes": Probes}
+
+
+def spec_table(spec: dict, name: str) -> dict:
+    """Table ``name`` (bench, server, probes) of a stored spec (its JSON, ``Store.sweep()["spec"]``)
+    with the spec model's default for every field it does not hold: a sweep stored before a field
+    existed reads as the model says, and no reader restates a default."""
+    fields = _TABLES[name].model_fields
+    defaults = {k: f.get_default(call_default_factory=True) for k, f in fields.items() if not f.is_required()}
+    return {**defaults, **(spec.get(name) or {})}
+
+
 def _text(value: str) -> str:
     """A meta value as text: JSON, or bare text as an older bakeoff wrote it."""
     try:
@@ -343,196 +399,3 @@ def open_readonly(directory: str | os.PathLike) -> Store:
     if not (Path(directory) / "bakeoff.sqlite").exists():
         raise StoreError(f"{directory}: no bakeoff sweep here (bakeoff.sqlite missing)")
     return Store(directory)
-
-
-# -- identity: what a trial's result depends on besides its configuration ------------------------
-# Everything of the spec that can change a result (model, server args and env, engine and its
-# options, host, probes, bench, the baseline and how each axis is applied) and the engine's
-# version; not the name, the plan strategy or the list of values to try.
-IDENTITY_FIELDS = ("engine", "engine_options", "model", "server", "host", "probes", "bench")
-
-
-# spec fields added after sweeps were stored, with the value that means "as before": a field at
-# that value leaves a trial's identity as it was, so upgrading bakeoff does not make old verdicts stale
-ADDED_LATER = (("probes", "lm_eval", None), ("server", "thinking", "auto"), ("server", "thinking_tokens", None),
-               ("bench", "early_stop_share", 0.05))
-
-
-def identity_parts(spec: Any, fingerprint: dict, host: Any = None) -> dict:
-    d = spec.model_dump(mode="json")
-    parts = {k: d.get(k) for k in IDENTITY_FIELDS}
-    parts["server"] = {k: v for k, v in (parts["server"] or {}).items() if k not in ("port",)}
-    for table, name, off in ADDED_LATER:  # at its "off" value: the identity of a sweep made before the field existed
-        if parts.get(table) is not None and parts[table].get(name, off) == off:
-            parts[table] = {k: v for k, v in parts[table].items() if k != name}
-    if parts.get("bench") is not None:  # how far the race goes changes no launch's figures: a finer resolve resumes
-        parts["bench"] = {k: v for k, v in parts["bench"].items() if k not in ("resolve", "max_extra_launches")}
-    parts["axes"] = [{k: a.get(k) for k in ("name", "flag", "env", "model", "style")} for a in d.get("axes", [])]
-    parts["baseline"] = {k: str(v) for k, v in spec.baseline_config().items()}
-    parts["engine_version"] = fingerprint.get("engine_version")
-    parts["model_file"] = _file_stamp(spec) if host is None or not spec.is_remote else _remote_stamp(host, spec.model_path())
-    # inputs that change a verdict without changing the spec's text; each is added only where it
-    # applies, so the identity of a sweep that has none of them stays what it was
-    for name, value in (("probe_set", _probe_set_digest(spec)), ("engine_binary", _binary_stamp(spec, host)),
-                        ("model_axis_files", _model_axis_stamps(spec, host)), ("model_revision", _hf_revision(spec, host)),
-                        ("lm_eval_data", _lm_eval_data(spec))):
-        if value is not None:
-            parts[name] = value
-    return parts
-
-
-def identity_of(spec: Any, fingerprint: dict, host: Any = None) -> str:
-    """The digest of what a trial's result depends on besides its configuration
-    (``identity_parts``); ``host``: where the servers run, asked about its files."""
-    import hashlib
-
-    blob = json.dumps(redact_obj(identity_parts(spec, fingerprint, host)), sort_keys=True, default=str)
-    return hashlib.sha1(blob.encode()).hexdigest()[:12]
-
-
-def _digest(obj: Any) -> str:
-    import hashlib
-
-    return hashlib.sha1(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-def _probe_set_digest(spec: Any) -> str | None:
-    """A probe-set file's prompts and long document, as loaded (its includes resolved): the
-    baseline's stored answers are read against these prompts by id, so new prompts are a new
-    sweep. Built-in sets go with bakeoff's version (None)."""
-    name = spec.probes.set
-    if not name.endswith(".toml"):
-        return None
-    from dataclasses import asdict
-
-    from bakeoff.judge.probes import load_prompt_set
-
-    prompts, long_cfg = load_prompt_set(name)
-    return _digest([[asdict(p) for p in prompts], long_cfg])
-
-
-def _local_stamp(path: str | os.PathLike, content: bool = False) -> list | None:
-    """[size, mtime] of a file or folder here (a folder: of every file in it), with the content's
-    hash when ``content`` (a binary rebuilt at the same path in the same second)."""
-    p = Path(os.path.expanduser(str(path)))
-    if not p.exists():
-        return None
-    if p.is_dir():
-        files = sorted(f for f in p.rglob("*") if f.is_file())
-        return [_digest([[str(f.relative_to(p)), f.stat().st_size, int(f.stat().st_mtime)] for f in files])]
-    st = p.stat()
-    stamp: list = [st.st_size, int(st.st_mtime)]
-    if content:
-        import hashlib
-
-        h = hashlib.sha1()
-        with open(p, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        stamp.append(h.hexdigest()[:16])
-    return stamp
-
-
-def _remote_stamp(host: Any, path: str, content: bool = False) -> list | None:
-    """[size, mtime] (and the content's hash) of a file on a remote host, read there; a folder:
-    the digest of its files' sizes and mtimes. None when the host cannot say."""
-    run = getattr(host, "run_argv", None)
-    if run is None or not path:
-        return None
-    script = ('p="$1"; if [ -d "$p" ]; then find "$p" -type f -printf "%P %s %T@\\n" | sort | sha1sum; '
-              'else stat -L -c "%s %Y" "$p"' + (' && sha1sum "$p"' if content else '') + '; fi')
-    try:
-        rc, out = run(["sh", "-c", script, "sh", path], 120)
-    except Exception:  # the identity never stops a sweep; the host failing shows at launch
-        return None
-    return out.split()[:3] if rc == 0 and out.strip() else None
-
-
-def _binary_stamp(spec: Any, host: Any) -> list | None:
-    """``engine_options.binary`` (a build at a fixed path, rebuilt between sweeps): its size, mtime
-    and content hash where the servers run. None when the spec names no binary."""
-    binary = (spec.engine_options or {}).get("binary")
-    if not isinstance(binary, str) or not binary:
-        return None
-    if spec.is_remote:
-        return _remote_stamp(host, binary, content=True) if host is not None else None
-    import shutil
-
-    found = binary if os.sep in binary else shutil.which(binary)
-    return _local_stamp(found, content=True) if found else None
-
-
-def _model_axis_stamps(spec: Any, host: Any) -> dict | None:
-    """Size and mtime of every model a model axis serves (``value -> stamp``)."""
-    values = [str(v) for a in spec.axes if a.model for v in a.values]
-    if not values:
-        return None
-    out = {}
-    for v in values:
-        if spec.is_remote:
-            out[v] = _remote_stamp(host, v) if host is not None else None
-        else:
-            try:
-                from bakeoff.spec import Model
-
-                out[v] = _local_stamp(Model(path=v).resolve())
-            except Exception:
-                out[v] = None
-    return out
-
-
-def _hf_revision(spec: Any, host: Any) -> str | None:
-    """The commit an ``hf:org/name`` model resolves to in the Hugging Face cache where the servers
-    run (``refs/main``): a new upload of the model is another model. None when not cached."""
-    path = spec.model.path
-    if not path.startswith("hf:"):
-        return None
-    repo = path[3:].split("@", 1)[0]
-    rel = f"models--{repo.replace('/', '--')}/refs/main"
-    if spec.is_remote:
-        run = getattr(host, "run_argv", None)
-        if run is None:
-            return None
-        try:
-            rc, out = run(["sh", "-c", 'cat "${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}/$1"', "sh", rel], 60)
-        except Exception:
-            return None
-        return out.strip() or None if rc == 0 else None
-    cache = os.environ.get("HF_HUB_CACHE") or os.path.join(os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
-    ref = Path(cache) / rel
-    return ref.read_text().strip() or None if ref.is_file() else None
-
-
-def _lm_eval_data(spec: Any) -> list | None:
-    """The lm-eval task folder (``include_path``: its YAMLs and local data files), by size and mtime."""
-    lm = spec.probes.lm_eval
-    if lm is None or not lm.include_path:
-        return None
-    return _local_stamp(lm.include_path)
-
-
-def _file_stamp(spec: Any) -> list | None:
-    """Size and mtime of a local model file or folder (a re-downloaded model is another model)."""
-    try:
-        path = Path(spec.model.resolve())
-    except Exception:
-        return None
-    if not path.exists():
-        return None
-    st = path.stat()
-    return [st.st_size, int(st.st_mtime)]
-
-
-def spec_changes(store: "Store", spec: Any, identity: str) -> list[str]:
-    """Lines for the user when a sweep directory is resumed with an edited spec: which fields
-    changed and how many finished trials will not be reused."""
-    old = store.sweep()
-    if old is None or old.get("identity") in (None, identity):
-        return []
-    new = spec.model_dump(mode="json")
-    changed = sorted(k for k in set(old["spec"]) | set(new) if k != "name" and redact_obj(old["spec"].get(k)) != redact_obj(new.get(k)))
-    stale = [t for t in store.trials() if t.identity != identity and t.is_finished()]
-    what = ", ".join(changed) or "the engine version or the model file"
-    return [f"the spec changed since this directory's last run ({what}): {len(stale)} finished trial(s) are stale — "
-            "kept in the store with their logs, listed apart, not ranked or recommended; the configurations still "
-            "in the spec run again as new trials"]

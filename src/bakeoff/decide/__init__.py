@@ -26,9 +26,8 @@ from bakeoff.decide.race import Race, looks
 from bakeoff.decide.stats import (CONFIDENCE, MIN_LAUNCHES, POWER, LaunchNoise, Ratio, blocks_needed, launch_noise, mde,
                                   mean_interval, ratio_interval, ratio_vs_launches, relative_half_width, _logs)
 from bakeoff.plan import Planned
-from bakeoff.store import Store, TrialRecord
+from bakeoff.store import CORRECT, Store, TrialRecord, spec_table
 
-CORRECT = ("ok", "slow")
 LAUNCH_NOISE = 0.08  # bench.launch_noise's default (for stores older than the field): bench/README.md
 
 
@@ -46,7 +45,7 @@ def command_line(rec: TrialRecord) -> str:
 
 def judged(rec: TrialRecord) -> str | None:
     """The verdict the trial's own run gave (before the speed judgement)."""
-    return rec.metrics.get("judged", rec.verdict)
+    return rec.judged
 
 
 # -- the objective: what "fastest" means for this sweep ------------------------------------
@@ -161,7 +160,7 @@ def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None
     """The decision over this spec's trials, and the trials with their final verdicts.
 
     ``baseline_runs``: the baseline's metrics from its later launches in the sweep
-    (``measure.remeasure``), oldest first. With ``bench.launch_noise = "auto"`` and at least
+    (``relaunch.remeasure``), oldest first. With ``bench.launch_noise = "auto"`` and at least
     three launches in all, every comparison is made against the baseline's mean over its
     launches, with the launch noise they show (``stats.ratio_vs_launches``); otherwise against
     its first launch with the configured launch noise. The last run against the first is the
@@ -170,12 +169,12 @@ def decide(spec: dict, trials: list[TrialRecord], stop_reason: str | None = None
     base = next((t for t in trials if t.is_baseline), None)
     base_ok = base is not None and judged(base) in CORRECT
     base_obj = objective_of(base) if base_ok else None
-    bench = spec.get("bench") or {}
-    slow_fraction = bench.get("slow_fraction") or 0.8
+    bench = spec_table(spec, "bench")
+    slow_fraction = bench["slow_fraction"]
     runs = [r for r in baseline_runs or [] if r and not r.get("failed")]
     d = Decision(baseline_ok=base_ok, stop_reason=stop_reason, thinking=thinking_line(spec, trials))
     _drift(d, base_obj, runs[-1] if runs else None)
-    configured = bench.get("launch_noise", "auto")
+    configured = bench["launch_noise"]
     noise, n_base = None, 0
     if base_obj and configured == "auto":
         launches = [base_obj.samples, *(o.samples for r in runs if (o := objective_of(_Metrics(r))) and o.name == base_obj.name)]
@@ -263,10 +262,10 @@ def resolution(spec: dict, trials: list[TrialRecord], noise: LaunchNoise | None,
     the baseline's launches, as compared), the launches and requests spent, what resolving
     ``bench.resolve`` (else 5 %) would cost in paired launches, and one sentence per contender
     that raced (``race_sentences``)."""
-    bench = spec.get("bench") or {}
-    target = bench.get("resolve") or 0.05
+    bench = spec_table(spec, "bench")
+    target = bench["resolve"] or 0.05
     launched = [t for t in trials if t.is_finished() and (t.metrics or {}).get("levels")]
-    per_level = bench.get("requests_per_level", 8)
+    per_level = bench["requests_per_level"]
     launches = len(launched) + len(runs) + (race.launches() if race else 0)
     requests = (sum(requests_measured(t.metrics, per_level) for t in launched) + sum(requests_measured(r, per_level) for r in runs)
                 + (sum(r.get("requests", 0) for b in race.blocks for r in b["runs"].values()) if race else 0))
@@ -278,7 +277,7 @@ def resolution(spec: dict, trials: list[TrialRecord], noise: LaunchNoise | None,
                   if base and len(_logs(base.samples)) > 1 else 0.0)
         var_launch, se, df = between ** 2 + within, math.sqrt(2 * (between ** 2 + within)), math.inf
     screening = math.expm1(mde(se, df))
-    budget = bench.get("max_extra_launches", 48)
+    budget = bench["max_extra_launches"]
     sd_block = math.sqrt(2 * var_launch)
     blocks = blocks_needed(sd_block, target, (1 - CONFIDENCE) / len(looks(budget // 2))) if sd_block > 0 else 2
     if blocks > budget // 2:  # a larger budget looks more often: each look spends less
@@ -352,8 +351,8 @@ def thinking_line(spec: dict, trials: list[TrialRecord]) -> str:
     (``[server] thinking``), the room the probes gave it, and what the answers were judged on
     (``metrics["probe"]["thinking"]``, bakeoff.judge.probes.thinking_values). "" when thinking
     was left to the server and no reply thought."""
-    server = spec.get("server") or {}
-    mode = server.get("thinking", "auto")
+    server = spec_table(spec, "server")
+    mode = server["thinking"]
     seen = [s for t in trials if (s := ((t.metrics or {}).get("probe") or {}).get("thinking"))]
     if mode == "auto" and not seen:
         return ""
@@ -361,7 +360,7 @@ def thinking_line(spec: dict, trials: list[TrialRecord]) -> str:
              "on": "on: every probe and benchmark request sent chat_template_kwargs.enable_thinking = true",
              "auto": "auto: the server's default (no thinking field sent)"}[mode]
     n, k, j, cut = (sum(s[f] for s in seen) for f in ("replies", "with_reasoning", "judged_on_reasoning", "cut_while_thinking"))
-    room = seen[0]["room"] if seen else server.get("thinking_tokens") or 0
+    room = seen[0]["room"] if seen else server["thinking_tokens"] or 0
     line = f"Thinking {asked}" + (f"; probe replies had {room} tokens more for the thought" if room else "")
     if not k:
         return line + "; no probe reply carried reasoning_content (answers judged on content)."
@@ -601,24 +600,24 @@ def baseline_launches_wanted(spec: dict, trials: list[TrialRecord]) -> int:
     launch noise excludes 1) — a claim that a second launch of the same configuration might not
     repeat. Otherwise two (the drift guard) once ``bench.remeasure_after`` configurations were
     benchmarked, else one: extra launches that could change no verdict are not made."""
-    bench = spec.get("bench") or {}
+    bench = spec_table(spec, "bench")
     base = next((t for t in trials if t.is_baseline), None)
     base_obj = objective_of(base) if base is not None and judged(base) in CORRECT else None
     done = [t for t in trials if t.changed and t.is_finished() and judged(t) in CORRECT and objective_of(t)]
     if base_obj is None or not done:
         return 1
-    if bench.get("launch_noise", "auto") == "auto":
+    if bench["launch_noise"] == "auto":
         for t in done:
             o = objective_of(t)
             r = ratio_interval(o.samples, base_obj.samples, higher_is_better=o.higher_is_better)
             if r is not None and r.call != "tie":
-                return max(1, bench.get("baseline_launches", 4))
-    after = bench.get("remeasure_after", 3)
+                return max(1, bench["baseline_launches"])
+    after = bench["remeasure_after"]
     return 2 if after and len(done) >= after else 1
 
 
 def baseline_runs(store: Store) -> list[dict]:
-    """The baseline's later launches for this spec (``measure.remeasure``), oldest first: the
+    """The baseline's later launches for this spec (``relaunch.remeasure``), oldest first: the
     meta ``baseline_runs`` of the store's current identity (an edited spec's runs are not its
     own), or an older store's single ``baseline_again``."""
     identity = store.meta("identity")

@@ -8,7 +8,7 @@ answers, and one of them was judged ``wrong (task_gate)`` against the baseline's
 baseline's launch as fixed truth; batched serving on a GPU is not deterministic from one launch
 to the next, so that variation reads as a configuration effect. Two answers:
 
-* the baseline's own relaunches (``measure.remeasure``) store what they answered right
+* the baseline's own relaunches (``relaunch.remeasure``) store what they answered right
   (``probes.launch_answers``); an item the baseline answered differently on two of its launches
   is no evidence either way and leaves the paired tests (``probes._check_gate``, ``lmeval.check``);
 * a trial that failed *only* a statistical gate (``STATISTICAL``: every check before it passed)
@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import time
 
-from bakeoff.store import TrialRecord
+from bakeoff.store import CORRECT, TrialRecord
 
 STATISTICAL = ("task_gate", "lm_eval_task")  # paired significance tests: a launch's own noise can fail them
-CORRECT = ("ok", "slow")
 
 
 def needs_confirming(rec: TrialRecord) -> bool:

@@ -22,12 +22,11 @@ import time
 
 from bakeoff.judge import confirm, probes
 from bakeoff.spec import Spec
-from bakeoff.store import Store, TrialRecord
+from bakeoff.store import CORRECT, Store, TrialRecord
 
 NOT_COMPARED = "differential vs a baseline (none healthy to compare with)"  # probes.judge's checks_not_run line
 # failures that a teacher-forced continuation could excuse (a near-tie followed to the end of the answer)
 NEEDS_LIVE_SERVER = ("task_accuracy", "long_context_task", "low_agreement")
-CORRECT = ("ok", "slow")
 
 
 def judged_without_baseline(rec: TrialRecord) -> bool:
@@ -43,7 +42,7 @@ def rejudge_all(store: Store, spec: Spec, *, expect_logprobs: bool, ignore_eos: 
     trials = store.current()
     todo = [t for t in trials if t.is_finished() and judged_without_baseline(t)]
     base = next((t for t in trials if t.is_baseline and t.is_finished()), None)
-    if not todo or base is None or base.metrics.get("judged", base.verdict) not in CORRECT:
+    if not todo or base is None or base.judged not in CORRECT:
         return []
     base_art = store.artifact(base.key, "probes")
     if base_art is None:
@@ -70,7 +69,7 @@ def rejudge(rec: TrialRecord, collected: dict | None, baseline: dict, spec: Spec
     evidence, ``ok`` (decide rates its speed) with ``rejudged`` saying how, or ``pending`` (run
     again) where the stored answers cannot settle it. Unchanged when there is nothing to decide
     (a verdict no baseline can change: crashed, or wrong by an absolute check)."""
-    first = rec.metrics.get("judged", rec.verdict)
+    first = rec.judged
     if first not in CORRECT and not (first == "wrong" and rec.cause in probes.MODEL_BEHAVIOUR):
         return rec.with_(metrics={**rec.metrics, "without_baseline": False}) if rec.metrics.get("without_baseline") else rec
     if collected is None:

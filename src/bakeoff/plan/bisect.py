@@ -64,7 +64,7 @@ class Bisect(Strategy):
                           for k in range(1, len(s)) for p in itertools.combinations(sorted(s), k))
             if subs_ok and not any(known <= s for known in self._found):
                 r = done[config_key(space.with_changes(spec, s))]
-                what = r.metrics.get("judged", r.verdict)
+                what = r.judged
                 self._found[s] = (f"{' + '.join(f'{a}={v}' for a, v in sorted(s))} fail together ({what}"
                                   f"{', ' + r.cause if r.cause else ''} in trial {r.idx}) although each passed alone")
 

@@ -87,7 +87,7 @@ def table_outcome(records: list[TrialRecord]) -> Outcome:
         t = by.get(config_key(cfg))
         if t is None:
             raise KeyError(f"no recorded outcome for {cfg}")
-        return t.with_(verdict=t.metrics.get("judged", t.verdict))
+        return t.with_(verdict=t.judged)
     return outcome
 
 

@@ -16,6 +16,7 @@ import math
 from typing import TYPE_CHECKING
 
 from bakeoff.spec import render
+from bakeoff.store import CORRECT, FAILED
 
 if TYPE_CHECKING:
     from bakeoff.spec import Spec, Value
@@ -29,9 +30,6 @@ if TYPE_CHECKING:
 # ``ratio_interval`` decides instead.
 NO_INTERVAL_MARGIN = 0.10
 
-CORRECT = ("ok", "slow")
-FAILED = ("wrong", "crashed")
-
 
 def passed(rec: "TrialRecord") -> bool:
     return rec.is_finished() and rec.verdict in CORRECT
@@ -39,7 +37,7 @@ def passed(rec: "TrialRecord") -> bool:
 
 def failed(rec: "TrialRecord") -> bool:
     """The run itself was wrong or crashed (not skipped, not interrupted)."""
-    return rec.is_finished() and rec.metrics.get("judged", rec.verdict) in FAILED
+    return rec.is_finished() and rec.judged in FAILED
 
 
 def figure(rec: "TrialRecord") -> float | None:

@@ -25,11 +25,11 @@ from bakeoff.errors import SpecError
 from bakeoff.spec import Spec, render
 from bakeoff import decide
 from bakeoff.report import checks
-from bakeoff.store import Store, TrialRecord
+from bakeoff.store import FAILED, Store, TrialRecord
 
 FORMAT = "bakeoff-compat-matrix"
 VERSION = 2  # 2: a value that failed only in combination has verdict null and ``combination`` (1 still reads)
-BAD_VERDICTS = ("crashed", "wrong")
+BAD_VERDICTS = FAILED
 
 
 class _Strict(BaseModel):

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from bakeoff.decide import Decision
-from bakeoff.store import Store, TrialRecord
+from bakeoff.store import Store, TrialRecord, spec_table
 
 VERDICT_STYLE = {"ok": "green", "slow": "yellow", "wrong": "red", "unstable": "red", "crashed": "red", "skipped": "dim",
                  "interrupted": "magenta", "infra_error": "magenta"}
@@ -155,7 +155,7 @@ def from_store(store: Store) -> Progress:
     decision = store.meta("decision")
     p = Progress(name=sweep["name"], total=len(trials), rows=[t for t in trials if t.is_finished()],
                  recommendation=Decision.from_json(decision).summary_lines() if decision else [],
-                 timeout_s=float((spec.get("server") or {}).get("startup_timeout_s") or 0))
+                 timeout_s=float(spec_table(spec, "server")["startup_timeout_s"]))
     p.runner = f"pid {pid}" + ("" if alive else " (not running)") if pid else "no run has held this directory"
     running = [t for t in trials if t.state == "running" and t.verdict is None]
     if running and alive:

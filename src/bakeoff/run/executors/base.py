@@ -16,8 +16,18 @@ from bakeoff.spec import Spec
 from bakeoff.store import TrialRecord
 
 if TYPE_CHECKING:
-    from bakeoff.pipeline import Events
     from bakeoff.store import Store
+
+
+@dataclass
+class Events:
+    """Callbacks for live progress; all optional."""
+
+    trial_start: Callable[[Planned, int], None] = lambda p, n: None
+    # (phase, "") when a trial's phase starts, then (phase, note) for its progress notes
+    phase: Callable[[str, str], None] = lambda phase, line: None
+    trial_end: Callable[[TrialRecord], None] = lambda rec: None
+    note: Callable[[str], None] = lambda msg: None
 
 
 @dataclass(frozen=True)
@@ -39,7 +49,7 @@ class Context:
     host: Host
     out_dir: Path
     model_path: str
-    events: "Events"
+    events: Events
     should_stop: Callable[[], bool]
 
 
