@@ -953,14 +953,11 @@ def _validate_against_engine(spec: Spec, source: str, here_only: bool = False) -
             continue
         if axis.numeric:
             _check_numeric_flag(engine, axis, source)
-        for value in axis.values:
-            if isinstance(value, bool):
-                continue
-            try:
-                engine.validate_value(axis.flag, render(value))
-            except SpecError as err:
-                raise SpecError(f"{source}: axes.{axis.name}: {err}") from None
-            except (TypeError, ValueError, OSError) as err:  # engine_options are user input too
+        try:
+            engine.check_axis_values([axis])
+        except SpecError as err:
+            raise SpecError(f"{source}: {err}") from None
+        except (TypeError, ValueError, OSError) as err:  # engine_options are user input too
                 raise SpecError(f"{source}: engine_options: cannot check axes.{axis.name} with these options: {err}") from None
 
 

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from bakeoff.errors import SpecError
 from bakeoff.registry import ENGINES, suggest
+from bakeoff.spec import Axis, render
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,20 @@ class Engine:
 
     def validate_value(self, flag: str, value: str) -> None:
         """Raise SpecError if ``value`` is not a choice the engine accepts for ``flag``."""
+
+    def check_axis_values(self, axes: list[Axis], suffix: str = "") -> None:
+        """THE axis-value check: every value of each flag axis (booleans aside) through
+        ``validate_value``; the first refused one is SpecError ``axes.NAME: why{suffix}``."""
+        for axis in axes:
+            if axis.flag is None:
+                continue
+            for value in axis.values:
+                if isinstance(value, bool):
+                    continue
+                try:
+                    self.validate_value(axis.flag, render(value))
+                except SpecError as err:
+                    raise SpecError(f"axes.{axis.name}: {err}{suffix}") from None
 
     def version(self) -> str | None:
         """The installed engine's version, for the environment fingerprint."""

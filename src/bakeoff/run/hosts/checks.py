@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from bakeoff.errors import InfraError, SpecError
-from bakeoff.spec import Model, Spec, render
+from bakeoff.spec import Model, Spec
 
 
 def on_host(spec: Spec, host, sweep_dir: Path, note: Callable[[str], None] = lambda m: None) -> str:
@@ -83,14 +83,5 @@ def check_axis_values(spec: Spec, host, cache_dir: Path, note: Callable[[str], N
     help_file = capture_on_host(engine, host.run_argv, cache_dir, host.describe)
     note(f"axis values checked against --help on {host.describe} ({help_file.name})")
     checker = get_engine(spec.engine, **{**spec.engine_options, "help_text": str(help_file)})
-    for axis in spec.axes:
-        if axis.flag is None:
-            continue
-        for value in axis.values:
-            if isinstance(value, bool):
-                continue
-            try:
-                checker.validate_value(axis.flag, render(value))
-            except SpecError as err:
-                raise SpecError(f"axes.{axis.name}: {err} (per --help on {host.describe})") from None
+    checker.check_axis_values(spec.axes, f" (per --help on {host.describe})")
     return help_file
