@@ -42,10 +42,9 @@ case "$v" in no|false|0|off) echo exempt; exit 0;; esac
 
 
 def check_remove_ipc(host, note: Callable[[str], None]) -> bool:
-    """Whether a server on ``host`` keeps its IPC after bakeoff's ssh session ends; when it may not
-    (logind's RemoveIPC on, the user not lingering), a note says the one command that fixes it."""
-    if not host.is_remote:
-        return True
+    """Whether a server on ``host`` (a remote one) keeps its IPC after bakeoff's ssh session ends;
+    when it may not (logind's RemoveIPC on, the user not lingering), a note says the one command
+    that fixes it."""
     out = host.run_script(IPC_CHECK, 30).strip()
     if out.startswith("at-risk"):
         user = out.split()[-1]
