@@ -433,11 +433,8 @@ class Slo(_Strict):
         if isinstance(data, dict):
             for k in data:
                 if k not in cls.model_fields:
-                    import difflib
-
-                    close = difflib.get_close_matches(str(k), list(cls.model_fields), n=1)
-                    hint = f" (did you mean {close[0]}?)" if close else ""
-                    raise ValueError(f"unknown SLO limit {k!r}{hint}; valid: {', '.join(cls.model_fields)} "
+                    names = list(cls.model_fields)
+                    raise ValueError(f"unknown SLO limit {k!r}{suggest(str(k), names)}; valid: {', '.join(names)} "
                                      "(milliseconds, > 0)")
         return data
 

@@ -50,6 +50,7 @@ class NoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# marked values of a LaunchContext -> the spec field each comes from (``own_flags``)
 _SENTINELS = {"\x00model\x00": "model.path", "\x00host\x00": "server.host", "1": "server.port",
               "\x00name\x00": "model.name"}
 
@@ -61,12 +62,13 @@ class Engine:
       * ``command(ctx)``: the argv list that starts the server. Never a shell string.
       * ``health_paths``: HTTP paths polled in order; all must answer 200 for "ready".
       * ``phases``: log phases, for the startup timeline.
-    ``validate_value`` may reject an axis value before launch (from the engine's --help).
-    Every other method has a default here: an adapter overrides only what differs.
+    ``Options`` is its ``engine_options`` model (``extra="forbid"``: ``create`` refuses an
+    unknown option naming it). ``validate_value`` may reject an axis value before launch (from
+    the engine's --help). Every other method has a default here: an adapter overrides only what
+    differs.
     """
 
     Options: ClassVar[type[BaseModel]] = NoOptions
-
     kind: ClassVar[str] = ""
     health_paths: ClassVar[tuple[str, ...]] = ("/v1/models",)
     phases: ClassVar[tuple[Phase, ...]] = ()
