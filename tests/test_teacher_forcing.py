@@ -30,8 +30,7 @@ from bakeoff.judge import probes
 from bakeoff.judge.probes import Prompt, judge
 from bakeoff.measure.client import Result, _absorb_logprobs, chat_body, new_session, stream_request
 from bakeoff.report import checks
-from bakeoff.run.engines import base
-from bakeoff.run.engines.base import known_engines
+from bakeoff.registry import ENGINES
 from bakeoff.store import TrialRecord
 
 
@@ -39,8 +38,7 @@ from bakeoff.store import TrialRecord
 
 def test_every_engine_names_a_known_recipe_or_none():
     want = {"llamacpp": "apply-template", "vllm": "tokenize-messages", "sglang": "chat-prompt-ids"}
-    known_engines()  # loads every adapter
-    for kind, cls in base._REGISTRY.items():
+    for kind, cls in ENGINES.items():  # loads every adapter
         recipe = cls.templated_prompt
         assert recipe is None or recipe in probes.PROMPT_RECIPES, kind
         assert recipe == want.get(kind), kind

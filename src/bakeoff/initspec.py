@@ -129,7 +129,6 @@ def spec_from_command(command: str, name: str | None = None) -> dict:
     """The spec (as a dict, no axes yet) whose baseline is ``command``."""
     from bakeoff.run.engines.base import get_engine
     from bakeoff.run.engines.helptext import program_of
-    from bakeoff.spec import own_flags
 
     try:
         words = shlex.split(command)
@@ -140,7 +139,7 @@ def spec_from_command(command: str, name: str | None = None) -> dict:
     kind, options = _engine_of(argv)
     engine = get_engine(kind, **options)
     prefix = len(program_of(engine))
-    fields = own_flags(engine)
+    fields = engine.own_flags()
     fields.update({short: fields[long] for short, long in ALIASES.get(kind, {}).items() if long in fields})
     positional = "model.path" not in fields.values()
     model: dict = {}

@@ -117,8 +117,7 @@ def check_api_key(spec: Spec) -> None:
 def make_host(spec: Spec) -> Host:
     """The spec's host, with the spec's per-trial log cap."""
     host = get_host(spec.host)
-    if hasattr(host, "max_log_bytes"):
-        host.max_log_bytes = spec.server.max_log_bytes
+    host.max_log_bytes = spec.server.max_log_bytes
     return host
 
 
@@ -182,8 +181,7 @@ def recover_orphans(store: Store, host: Host, events: Events) -> int:
             confirm_port_free(host, rec.port, events)
         if rec.state == "running":
             store.save(rec.with_(state="pending", verdict=rec.verdict if rec.verdict == "interrupted" else None))
-    finder = getattr(host, "find_orphans", None)
-    for pid in finder(store.dir) if finder else []:
+    for pid in host.find_orphans(store.dir):
         if host.kill_orphan(pid, pid, None):
             n += 1
             events.note(f"stopped unrecorded orphan server (pid {pid})")
@@ -197,8 +195,7 @@ def recover_orphans(store: Store, host: Host, events: Events) -> int:
 
 
 def confirm_port_free(host: Host, port: int, events: Events) -> bool:
-    waiter = getattr(host, "wait_port_free", None)
-    free = waiter(port) if waiter else host.port_is_free(port)
+    free = host.wait_port_free(port)
     if not free:
         events.note(f"port {port} is still in use by another process")
     return free

@@ -15,6 +15,7 @@ from typing import Any, Callable, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from bakeoff.errors import SpecError
+from bakeoff.registry import ENGINES, EXECUTORS, HOSTS, SPEC_FILES, STRATEGIES, suggest
 
 Value = Union[bool, int, float, str]
 
@@ -288,7 +289,6 @@ class Server(_Strict):
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 SWEEP_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
-HOST_KINDS = ("local", "ssh")
 
 
 def _arg_names(args: list[str], flag: str) -> bool:
@@ -401,11 +401,9 @@ class Probes(_Strict):
     @field_validator("set")
     @classmethod
     def _set_resolves(cls, v: str) -> str:
-        from bakeoff.judge.probes import ProbeSetError, load_prompt_set
-
         try:
-            load_prompt_set(v)
-        except ProbeSetError as err:
+            SPEC_FILES.get("probes.set")(v)
+        except ValueError as err:  # the reader's ProbeSetError
             raise ValueError(str(err)) from None
         return v
 
@@ -435,11 +433,8 @@ class Slo(_Strict):
         if isinstance(data, dict):
             for k in data:
                 if k not in cls.model_fields:
-                    import difflib
-
-                    close = difflib.get_close_matches(str(k), list(cls.model_fields), n=1)
-                    hint = f" (did you mean {close[0]}?)" if close else ""
-                    raise ValueError(f"unknown SLO limit {k!r}{hint}; valid: {', '.join(cls.model_fields)} "
+                    names = list(cls.model_fields)
+                    raise ValueError(f"unknown SLO limit {k!r}{suggest(str(k), names)}; valid: {', '.join(names)} "
                                      "(milliseconds, > 0)")
         return data
 
@@ -576,6 +571,11 @@ class Bench(_Strict):
             raise ValueError(f"slo needs tool = 'bakeoff' (the SLO search drives bakeoff's own load generator), not {self.tool!r}")
         return self
 
+    def sends_ignore_eos(self, supported: bool) -> bool:
+        """THE choice of ``ignore_eos`` in benchmark requests: ``bench.ignore_eos`` when set, else
+        whether the engine supports it (``supported``)."""
+        return bool(self.ignore_eos if self.ignore_eos is not None else supported)
+
     @property
     def repetition_cap(self) -> int:
         return self.max_repetitions if self.max_repetitions is not None else max(self.repetitions, 5)
@@ -595,11 +595,9 @@ class Plan(_Strict):
     @field_validator("strategy")
     @classmethod
     def _known_strategy(cls, v: str) -> str:
-        from bakeoff.plan.base import known
-        from bakeoff.run.engines.base import suggest
-
-        if v not in known():
-            raise ValueError(f"unknown strategy {v!r}{suggest(v, known())}; valid: {', '.join(known())}")
+        why = STRATEGIES.unknown(v)
+        if why:
+            raise ValueError(why)
         return v
 
 
@@ -653,14 +651,11 @@ class Triage(_Strict):
     def _rules_dir(cls, v: str | None) -> str | None:
         if v is None:
             return v
-        from bakeoff.judge.triage import load_rules
-        from bakeoff.judge.triage.schema import RulesError
-
         if not Path(v).is_dir():
             raise ValueError(f"{v!r} is not a directory (a folder of *.toml triage rule files)")
         try:
-            load_rules(v)
-        except RulesError as err:
+            SPEC_FILES.get("triage.rules")(v)
+        except SpecError as err:  # the reader's RulesError
             raise ValueError(str(err)) from None
         return str(Path(v).resolve())
 
@@ -687,7 +682,7 @@ class Spec(_Strict):
     engine: str
     engine_options: dict[str, Any] = {}
     host: dict[str, Any] = {"kind": "local"}
-    executor: Literal["local", "ray"] = "local"
+    executor: str = Field(default="local", description="where trials run: local, ray (bakeoff.registry.EXECUTORS)")
     ray: RayOptions = RayOptions()
     model: Model
     server: Server = Server()
@@ -754,8 +749,6 @@ class Spec(_Strict):
         by_name = {a.name: a for a in self.axes}
         for key, value in self.baseline.items():
             if key not in by_name:
-                from bakeoff.run.engines.base import suggest
-
                 raise ValueError(f"baseline.{key}: not an axis{suggest(key, names)}; axes: {', '.join(names) or '(none)'}")
             if render(value) not in {render(v) for v in by_name[key].values}:
                 raise ValueError(
@@ -776,14 +769,20 @@ class Spec(_Strict):
             raise ValueError(f"{v!r} is not a plain name: letters, digits, '_', '.', '-' (it names the directory runs/<name>)")
         return v
 
+    @field_validator("executor")
+    @classmethod
+    def _known_executor(cls, v: str) -> str:
+        why = EXECUTORS.unknown(v)
+        if why:
+            raise ValueError(why)
+        return v
+
     @model_validator(mode="after")
     def _host_kind(self) -> "Spec":
         kind = self.host.get("kind", "local")
-        if kind not in HOST_KINDS:
-            from bakeoff.run.engines.base import suggest
-
-            raise ValueError(f"host.kind: unknown host kind {kind!r}{suggest(str(kind), list(HOST_KINDS))}; "
-                             f"valid: {', '.join(HOST_KINDS)}")
+        why = HOSTS.unknown(kind)
+        if why:
+            raise ValueError(f"host.kind: {why}")
         if kind == "local" and set(self.host) - {"kind"}:
             extra = sorted(set(self.host) - {"kind"})
             raise ValueError(f"host.{extra[0]}: unknown key for a local host (a local host takes only kind; "
@@ -813,11 +812,11 @@ class Spec(_Strict):
         return self.host.get("kind", "local") != "local"
 
     def model_path(self, host=None) -> str:
-        """``model.path`` resolved where the server runs: on ``host`` (anything with
-        ``path_exists`` and ``describe``) when given; for a remote spec without its host at
-        hand (``bakeoff plan``) unchecked, since only that host can say."""
-        if host is not None and getattr(host, "path_exists", None) is not None:
-            return self.model.resolve(exists=host.path_exists, where=f" on {host.describe}")
+        """``model.path`` resolved where the server runs: on ``host`` (``Host.resolve_model``)
+        when given; for a remote spec without its host at hand (``bakeoff plan``) unchecked,
+        since only that host can say."""
+        if host is not None:
+            return host.resolve_model(self.model)
         if self.is_remote:
             return self.model.resolve(exists=lambda p: True)
         return self.model.resolve()
@@ -858,8 +857,6 @@ def _format_error(err: ValidationError, source: str) -> str:
 def _key_hint(loc: tuple) -> str:
     """" (did you mean X?); valid: ..." for an unknown key at ``loc``: the keys of the model
     that holds it, walked down from Spec."""
-    from bakeoff.run.engines.base import suggest
-
     model: Any = Spec
     for part in loc[:-1]:
         if isinstance(part, int):
@@ -914,24 +911,20 @@ def load(path: str | os.PathLike, here_only: bool = False) -> Spec:
 
 
 def _validate_host(spec: Spec, source: str) -> None:
-    """The host table is valid and a server binding ``server.host`` there is reachable from here."""
-    if spec.host.get("kind", "local") == "ssh":
-        from bakeoff.run.hosts.ssh import check_options
-
-        try:
-            check_options(spec.host, spec.server.host)
-        except SpecError as err:
-            raise SpecError(f"{source}: {err}") from None
+    """The host table is valid and a server binding ``server.host`` there is reachable from here:
+    its kind's ``Host.parse_options`` (``bakeoff.registry.HOSTS``)."""
+    try:
+        HOSTS.get(spec.host.get("kind", "local")).parse_options(spec.host, spec.server.host)
+    except SpecError as err:
+        raise SpecError(f"{source}: {err}") from None
 
 
 def _validate_against_engine(spec: Spec, source: str, here_only: bool = False) -> None:
     """Axis values against the engine's --help, model-axis paths against the file system: here
     for a local spec; for a remote one ``run.hosts.checks.on_host`` does both on the host at the
     start of ``bakeoff run`` (a captured ``engine_options.help_text`` is still read here)."""
-    from bakeoff.run.engines.base import get_engine
-
     try:
-        engine = get_engine(spec.engine, **spec.engine_options)
+        engine = ENGINES.get(spec.engine).create(spec.engine_options)
     except (TypeError, ValueError) as err:
         raise SpecError(f"{source}: engine_options: {err}") from None
     except SpecError as err:
@@ -957,40 +950,12 @@ def _validate_against_engine(spec: Spec, source: str, here_only: bool = False) -
             continue
         if axis.numeric:
             _check_numeric_flag(engine, axis, source)
-        for value in axis.values:
-            if isinstance(value, bool):
-                continue
-            try:
-                engine.validate_value(axis.flag, render(value))
-            except SpecError as err:
-                raise SpecError(f"{source}: axes.{axis.name}: {err}") from None
-            except (TypeError, ValueError, OSError) as err:  # engine_options are user input too
+        try:
+            engine.check_axis_values([axis])
+        except SpecError as err:
+            raise SpecError(f"{source}: {err}") from None
+        except (TypeError, ValueError, OSError) as err:  # engine_options are user input too
                 raise SpecError(f"{source}: engine_options: cannot check axes.{axis.name} with these options: {err}") from None
-
-
-_SENTINELS = {"\x00model\x00": "model.path", "\x00host\x00": "server.host", "1": "server.port",
-              "\x00name\x00": "model.name"}
-
-
-def own_flags(engine) -> dict[str, str]:
-    """Flags bakeoff itself puts on the engine's command -> the spec field that sets them
-    (``--port`` -> server.port), read from the engine's own command with marked values; for an
-    engine whose program cannot be found here, just ``--host`` and ``--port``."""
-    from bakeoff.run.engines.base import LaunchContext
-
-    marks = {v: k for k, v in _SENTINELS.items()}
-    ctx = LaunchContext(model=marks["model.path"], host=marks["server.host"], port=1, args=[], axis_args=[],
-                        served_model_name=marks["model.name"])
-    try:
-        argv = engine.command(ctx)
-    except SpecError:
-        return {"--host": "server.host", "--port": "server.port"}
-    out = {}
-    for flag, value in zip(argv, argv[1:]):
-        for mark, field in _SENTINELS.items():
-            if flag.startswith("-") and (value == mark or (mark != "1" and mark in value)):
-                out[flag] = field
-    return out
 
 
 def _flag_values(args: list[str]) -> list[tuple[str, str]]:
@@ -1020,16 +985,13 @@ def _check_whole_numbers(spec: Spec, engine, source: str) -> None:
 def _validate_own_flags(spec: Spec, source: str) -> None:
     """``server.args`` and the axes do not set what bakeoff sets (the model, host and port: each
     has its own spec field); a generic command has a ``{port}`` to run trials on."""
-    from bakeoff.run.engines.base import get_engine
-
-    engine = get_engine(spec.engine, **spec.engine_options)
-    template = getattr(engine, "template", None)
-    if template is not None and not any("{port}" in part for part in template):
-        raise SpecError(f"{source}: engine_options.command: no {{port}} in {template!r}; bakeoff runs each trial on "
-                        "a port of its own and the command to deploy on server.port (e.g. \"--port\", \"{port}\")")
+    engine = ENGINES.get(spec.engine).create(spec.engine_options)
+    why = engine.port_problem()
+    if why:
+        raise SpecError(f"{source}: {why}")
     _check_whole_numbers(spec, engine, source)
     # the served name (model.name) is left out: an engine may take more than one (llama.cpp --alias)
-    owned = {flag: field for flag, field in own_flags(engine).items() if field != "model.name"}
+    owned = {flag: field for flag, field in engine.own_flags().items() if field != "model.name"}
     for flag, field in owned.items():
         if _arg_names(spec.server.args, flag):
             raise SpecError(f"{source}: server.args: {flag} is set by bakeoff from {field}; set {field} instead")
@@ -1046,16 +1008,7 @@ def _not_here(err: SpecError) -> str:
 
 def _check_numeric_flag(engine, axis: Axis, source: str) -> None:
     """Where the engine's ``--help`` declares choices for the flag, a number range cannot fit it."""
-    known = getattr(engine, "known_flags", None)
-    try:
-        flags = known() if known else {}
-    except (TypeError, ValueError, OSError):
-        return
-    if not flags:
-        return
-    from bakeoff.run.engines.helptext import resolve_flag
-
-    canon = resolve_flag(flags, axis.flag)
-    if canon is not None and flags[canon]:
-        raise SpecError(f"{source}: axes.{axis.name}: {axis.flag} takes one of {', '.join(flags[canon])} "
+    choices = engine.flag_choices(axis.flag)
+    if choices:
+        raise SpecError(f"{source}: axes.{axis.name}: {axis.flag} takes one of {', '.join(choices)} "
                         f"(from the engine's --help), not a number range; use 'values = [...]'")

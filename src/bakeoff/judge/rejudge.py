@@ -122,7 +122,7 @@ def _bench_against(levels: list[dict], baseline: dict, spec: Spec, ignore_eos: b
 
     cfg = spec.bench
     base_levels = {lv["level"]: lv for lv in (baseline.get("bench") or [])}
-    eos = bool(cfg.ignore_eos if cfg.ignore_eos is not None else ignore_eos)
+    eos = cfg.sends_ignore_eos(ignore_eos)
     out = [bench.check_against_baseline(lv, base_levels.get(lv.get("level")), early_stop_ratio=cfg.early_stop_ratio,
                                         max_tokens=cfg.output_tokens, ignore_eos=eos,
                                         early_stop_share=cfg.early_stop_share) for lv in levels]

@@ -21,7 +21,7 @@ def run(base_url: str, cfg: Bench, **kw) -> list[LevelStats]:
 
         # the external tool runs ``repetitions`` times (no adaptive stop: each run is a process)
         runs = [tools.run_tool(base_url, cfg, model=kw.get("model"),
-                               ignore_eos=cfg.ignore_eos if cfg.ignore_eos is not None else kw.get("ignore_eos", False),
+                               ignore_eos=cfg.sends_ignore_eos(kw.get("ignore_eos", False)),
                                expect_logprobs=kw.get("expect_logprobs", True))
                 for _ in range(cfg.repetitions)]
         out = []

@@ -645,7 +645,7 @@ async def run_async(base_url: str, cfg: Bench, *, model: str | None = None, igno
     ``prompts`` replaces the synthetic ones (warm-up ones first), e.g. to share a workload.
     ``thinking``: ``[server] thinking``, sent with every chat request.
     """
-    eos = cfg.ignore_eos if cfg.ignore_eos is not None else ignore_eos
+    eos = cfg.sends_ignore_eos(ignore_eos)
     async with new_session(timeout_s=timeout_s) as session:
         load = Load(session, base_url, cfg, model=model, ignore_eos=eos, expect_logprobs=expect_logprobs, prompts=prompts,
                     thinking=thinking)

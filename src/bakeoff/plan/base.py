@@ -4,17 +4,16 @@ A strategy never runs anything. The pipeline runs the baseline first (every othe
 judged against it), then asks the strategy for up to ``n`` configurations at a time — ``n`` is
 how many trials the executor can start now — and stops when it proposes nothing while nothing
 runs. The history is the store's finished trials, so a resumed sweep asks again from what is
-stored (ask/tell with the store as the "tell"). Strategies are registered by name, one module
-each; an unknown name fails with the list of known ones.
+stored (ask/tell with the store as the "tell"). A strategy is one module, named in
+``bakeoff.registry.STRATEGIES``; an unknown name fails with the list of valid ones.
 """
 
 from __future__ import annotations
 
-import difflib
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
-from bakeoff.errors import SpecError
+from bakeoff.registry import STRATEGIES
 
 if TYPE_CHECKING:
     from bakeoff.spec import Spec, Value
@@ -26,7 +25,7 @@ Config = dict  # axis name -> value
 class Strategy(ABC):
     """``ask`` is the whole contract. ``why_done`` says, once ``ask`` returns nothing, why."""
 
-    name: str = "?"
+    name: str = "?"  # its name in bakeoff.registry.STRATEGIES
     why_done: str = ""
     adaptive: bool = False  # proposals depend on results: `bakeoff plan` shows the first round only
 
@@ -45,41 +44,13 @@ class Strategy(ABC):
         return {}
 
 
-_REGISTRY: dict[str, Callable[["Spec"], Strategy]] = {}
-
-
-def register(name: str):
-    def deco(cls):
-        cls.name = name
-        _REGISTRY[name] = cls
-        return cls
-    return deco
-
-
 def make_strategy(spec: "Spec") -> Strategy:
-    _load_all()
-    name = spec.plan.strategy
-    if name not in _REGISTRY:
-        close = difflib.get_close_matches(name, _REGISTRY, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        raise SpecError(f"plan.strategy: unknown strategy {name!r}{hint}; known: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name](spec)
+    """The strategy ``plan.strategy`` names (``bakeoff.registry.STRATEGIES``), for this spec."""
+    return STRATEGIES.get(spec.plan.strategy)(spec)
 
 
 def known() -> list[str]:
-    _load_all()
-    return sorted(_REGISTRY)
-
-
-def _load_all() -> None:
-    import importlib
-    import pkgutil
-
-    import bakeoff.plan as pkg
-
-    for mod in pkgutil.iter_modules(pkg.__path__):
-        if mod.name not in ("base", "prune", "space", "replay"):
-            importlib.import_module(f"bakeoff.plan.{mod.name}")
+    return STRATEGIES.names()
 
 
 def untried(configs: list[Config], history: list["TrialRecord"], running: list[Config]) -> list[Config]:

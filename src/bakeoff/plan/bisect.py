@@ -16,11 +16,11 @@ import itertools
 
 from bakeoff.plan import config_key
 from bakeoff.plan import space
-from bakeoff.plan.base import Strategy, register, untried
+from bakeoff.plan.base import Strategy, untried
 
 
-@register("bisect")
 class Bisect(Strategy):
+    name = "bisect"
     adaptive = True
 
     def __init__(self, spec) -> None:

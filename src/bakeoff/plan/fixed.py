@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 
-from bakeoff.plan.base import Config, Strategy, register, untried, values_differ
+from bakeoff.plan.base import Config, Strategy, untried, values_differ
 
 
 class _Fixed(Strategy):
@@ -24,21 +24,24 @@ class _Fixed(Strategy):
         return todo[:n]
 
 
-@register("baseline")
 class Baseline(_Fixed):
+    name = "baseline"
+
     def configs(self) -> list[Config]:
         return []
 
 
-@register("ofat")
 class OneAtATime(_Fixed):
+    name = "ofat"
+
     def configs(self) -> list[Config]:
         base = self.spec.baseline_config()
         return [{**base, a.name: v} for a in self.spec.axes for v in a.values if values_differ(v, base[a.name])]
 
 
-@register("grid")
 class Grid(_Fixed):
+    name = "grid"
+
     def configs(self) -> list[Config]:
         base = self.spec.baseline_config()
         names = [a.name for a in self.spec.axes]

@@ -26,7 +26,7 @@ import warnings
 from bakeoff.errors import MissingExtra
 from bakeoff.plan import config_key
 from bakeoff.plan import space
-from bakeoff.plan.base import Strategy, register
+from bakeoff.plan.base import Strategy
 from bakeoff.spec import render
 
 INFEASIBLE, FEASIBLE = 1.0, 0.0
@@ -37,8 +37,8 @@ def _constraints(trial) -> list[float]:
     return list(trial.system_attrs.get("constraints", [FEASIBLE]))
 
 
-@register("optuna")
 class OptunaSearch(Strategy):
+    name = "optuna"
     adaptive = True
 
     def distributions(self) -> dict:

@@ -21,12 +21,12 @@ import math
 
 from bakeoff.plan import config_key
 from bakeoff.plan import space
-from bakeoff.plan.base import Strategy, register, untried
+from bakeoff.plan.base import Strategy, untried
 from bakeoff.spec import render
 
 
-@register("tiered")
 class Tiered(Strategy):
+    name = "tiered"
     adaptive = True
 
     def ask(self, history, running, n):

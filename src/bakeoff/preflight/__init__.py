@@ -10,24 +10,25 @@ reference, times it, and gets one verdict:
 * ``ok``            within tolerance (median time kept)
 
 Probes live one small module per library (``torch_sdpa``, ``torch_fp8``, ``torch_grouped``,
-``triton_kernel``; ``flashinfer`` registers only when importable). ``@probe(name)`` adds a
-function to the registry; the function returns ``(output, reference, tolerance)`` or raises.
+``triton_kernel``; ``flashinfer`` registers only when importable; the modules are listed in
+``bakeoff.registry.PREFLIGHT_PROBES``). ``@probe(name)`` adds a function to that registry;
+the function returns ``(output, reference, tolerance)`` or raises.
 The planner uses the verdicts through ``prune_map`` (see ``bakeoff.preflight.plan``).
 """
 
 from __future__ import annotations
 
 import fnmatch
-import importlib
 import re
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from bakeoff.registry import PREFLIGHT_PROBES
+
 VERDICTS = ("ok", "mismatch", "nan", "compile-failed", "unsupported")
 BLOCKING = ("unsupported", "compile-failed", "nan")  # verdicts that prune an axis value
-MODULES = ("torch_sdpa", "torch_fp8", "torch_grouped", "triton_kernel", "flashinfer", "flash_attn")
 
 
 class Unsupported(Exception):
@@ -67,27 +68,21 @@ class Probe:
     params: dict
 
 
-_REGISTRY: dict[str, Probe] = {}
-
-
 def probe(name: str, library: str, **params) -> Callable:
     """Register ``fn`` as probe ``name``. ``fn()`` returns (run, reference, Tolerance) where
     ``run`` is a zero-argument callable producing the output (it is timed) and ``reference``
     is a float32 tensor."""
 
     def deco(fn: Callable) -> Callable:
-        if name in _REGISTRY:
-            raise ValueError(f"preflight probe {name!r} registered twice")
-        _REGISTRY[name] = Probe(name, library, fn, params)
+        PREFLIGHT_PROBES.add(name, Probe(name, library, fn, params))
         return fn
 
     return deco
 
 
 def registry() -> dict[str, Probe]:
-    for mod in MODULES:
-        importlib.import_module(f"bakeoff.preflight.{mod}")
-    return dict(_REGISTRY)
+    """Every probe by name (``bakeoff.registry.PREFLIGHT_PROBES``: each probe module registers its own)."""
+    return dict(PREFLIGHT_PROBES.items())
 
 
 def select(patterns: list[str] | None) -> list[Probe]:

@@ -75,7 +75,7 @@ def bad_values(spec: Spec, results: dict) -> dict[tuple[str, str], str]:
 def run(spec: Spec, patterns: list[str] | None = None, timeout_s: float = 600, host=None) -> dict:
     """Probe in a subprocess with the engine's python; a dead process is one 'unsupported' result.
     With a remote ``host`` (one that has ``run_script``) the subprocess runs there."""
-    if host is not None and getattr(host, "run_script", None) is not None:
+    if host is not None and host.is_remote:
         return run_on_host(spec, host, patterns, timeout_s)
     python = spec.preflight.python or spec.engine_options.get("python") or sys.executable
     src = str(Path(__file__).resolve().parents[2])
@@ -97,10 +97,12 @@ PACKAGE = Path(__file__).resolve().parent  # bakeoff/preflight: imports nothing 
 
 
 def _bundle() -> str:
-    """bakeoff/__init__.py and the preflight package (not this planner), as base64 of a tar.gz."""
+    """bakeoff/__init__.py, the registry (and the errors it raises) and the preflight package (not
+    this planner), as base64 of a tar.gz."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        tar.add(PACKAGE.parent / "__init__.py", "bakeoff/__init__.py")
+        for f in ("__init__.py", "registry.py", "errors.py"):
+            tar.add(PACKAGE.parent / f, f"bakeoff/{f}")
         for f in sorted(PACKAGE.glob("*.py")):
             if f.name not in ("plan.py", "cli.py"):
                 tar.add(f, f"bakeoff/preflight/{f.name}")
@@ -118,15 +120,15 @@ def run_on_host(spec: Spec, host, patterns: list[str] | None = None, timeout_s: 
     try:
         out = host.run_script(script, timeout_s)
     except Exception as err:  # noqa: BLE001  the host failing is the preflight failing, not the sweep
-        return _died(patterns, f"preflight on {getattr(host, 'describe', 'the host')} failed: {err}")
+        return _died(patterns, f"preflight on {host.describe} failed: {err}")
     head, _, body = out.partition("---bakeoff-json---\n")
     lines = head.strip().splitlines()
     rc = lines[0].removeprefix("rc=") if lines else "?"
     if rc != "0":
         tail = lines[1] if len(lines) > 1 else f"exit code {rc}"
-        return _died(patterns, f"preflight process on {getattr(host, 'describe', 'the host')} exited {rc}: {tail[:300]}")
+        return _died(patterns, f"preflight process on {host.describe} exited {rc}: {tail[:300]}")
     results = json.loads(body)
-    results["ran_on"] = getattr(host, "describe", "the host")
+    results["ran_on"] = host.describe
     return results
 
 

@@ -104,13 +104,12 @@ def _local_stamp(path: str | os.PathLike, content: bool = False) -> list | None:
 def _remote_stamp(host: Any, path: str, content: bool = False) -> list | None:
     """[size, mtime] (and the content's hash) of a file on a remote host, read there; a folder:
     the digest of its files' sizes and mtimes. None when the host cannot say."""
-    run = getattr(host, "run_argv", None)
-    if run is None or not path:
+    if host is None or not host.is_remote or not path:
         return None
     script = ('p="$1"; if [ -d "$p" ]; then find "$p" -type f -printf "%P %s %T@\\n" | sort | sha1sum; '
               'else stat -L -c "%s %Y" "$p"' + (' && sha1sum "$p"' if content else '') + '; fi')
     try:
-        rc, out = run(["sh", "-c", script, "sh", path], 120)
+        rc, out = host.run_argv(["sh", "-c", script, "sh", path], 120)
     except Exception:  # the identity never stops a sweep; the host failing shows at launch
         return None
     return out.split()[:3] if rc == 0 and out.strip() else None
@@ -156,11 +155,10 @@ def _hf_revision(spec: Any, host: Any) -> str | None:
     repo = path[3:].split("@", 1)[0]
     rel = f"models--{repo.replace('/', '--')}/refs/main"
     if spec.is_remote:
-        run = getattr(host, "run_argv", None)
-        if run is None:
+        if host is None or not host.is_remote:
             return None
         try:
-            rc, out = run(["sh", "-c", 'cat "${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}/$1"', "sh", rel], 60)
+            rc, out = host.run_argv(["sh", "-c", 'cat "${HF_HUB_CACHE:-${HF_HOME:-$HOME/.cache/huggingface}/hub}/$1"', "sh", rel], 60)
         except Exception:
             return None
         return out.strip() or None if rc == 0 else None

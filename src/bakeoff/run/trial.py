@@ -61,9 +61,9 @@ def build_launch(spec: Spec, engine: Engine, planned: Planned, port: int, model_
     model_path = model_of(spec, planned.config, model_path)
     ctx = LaunchContext(model=model_path, host=spec.server.host, port=port, args=list(spec.server.args),
                         axis_args=axis_args, served_model_name=spec.model.name)
-    defaults = getattr(engine, "default_env", None)  # an engine's env needs; the spec wins
     edits = {k: PathEdit(k, before, after) for k, (before, after) in spec.server.path_edits().items()}
-    env = {**(defaults(ctx) if defaults else {}), **spec.server.env, **edits, **axis_env}
+    # an engine's env needs; the spec wins
+    env = {**engine.default_env(ctx), **spec.server.env, **edits, **axis_env}
     return Launch(engine.command(ctx), env, port)
 
 
@@ -205,7 +205,7 @@ class TrialRunner:
         request against the baseline's same level when given (early stops, loops)."""
         self.progress("bench", "")
         cfg = self.spec.bench
-        eos = cfg.ignore_eos if cfg.ignore_eos is not None else self.engine.supports_ignore_eos
+        eos = cfg.sends_ignore_eos(self.engine.supports_ignore_eos)
         with EnergyMeter(devices=_visible_gpus(self.spec.server.env)) as meter, \
                 progress.reporting(lambda line: self.progress("bench", line)):
             levels = measure.run(base_url, cfg, model=self._request_model(),
@@ -221,10 +221,8 @@ class TrialRunner:
         """Stop the whole process tree and confirm the port is free again."""
         self.progress("teardown", "")
         self.host.stop(handle)
-        waiter = getattr(self.host, "wait_port_free", None)
-        free = waiter(port) if waiter else self.host.port_is_free(port)
-        gpu_waiter = getattr(self.host, "wait_gpu_free", None)
-        if gpu_waiter is not None and not gpu_waiter({handle.pid}):
+        free = self.host.wait_port_free(port)
+        if not self.host.wait_gpu_free({handle.pid}):
             self.progress("teardown", f"GPU memory of pid {handle.pid} still held after stop")
         return free
 
@@ -324,8 +322,7 @@ class TrialRunner:
     def _request_model(self) -> str | None:
         """The ``model`` field the client sends: the served name, unless the engine says
         otherwise (``transformers serve`` pinned to one model wants it omitted)."""
-        pick = getattr(self.engine, "request_model", None)
-        return pick(self.spec.model.name) if pick else self.spec.model.name
+        return self.engine.request_model(self.spec.model.name)
 
     def _check_stop(self) -> None:
         if self.should_stop():
@@ -420,11 +417,7 @@ class TrialRunner:
     def _client_host(self) -> str:
         """Where the HTTP client connects: a remote host decides from what the server binds
         (its loopback through a tunnel, 0.0.0.0 at the host's address); here, the bind itself."""
-        h = self.spec.server.host
-        pick = getattr(self.host, "client_host", None)
-        if pick is not None:
-            return pick(h)
-        return "127.0.0.1" if h in ("0.0.0.0", "::", "") else h
+        return self.host.client_host(self.spec.server.host)
 
 
 class _Pending:

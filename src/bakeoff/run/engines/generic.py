@@ -20,17 +20,31 @@ Example::
 from __future__ import annotations
 
 import re
+from typing import Any
 
-from bakeoff.run.engines.base import Engine, LaunchContext, register
+from pydantic import BaseModel, ConfigDict
+
+from bakeoff.run.engines.base import Engine, LaunchContext
 from bakeoff.run.engines.helptext import HelpValidated
 from bakeoff.errors import SpecError
 
 PLACEHOLDERS = ("{model}", "{host}", "{port}", "{served_model_name}")
 
 
-@register
+class GenericOptions(BaseModel):
+    """``engine_options`` for ``engine = "generic"``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: Any = None  # the rules on its values are the constructor's (each with its own message)
+    health: Any = None
+    ready_pattern: Any = None
+    help_text: Any = None
+
+
 class Generic(HelpValidated, Engine):
     kind = "generic"
+    Options = GenericOptions
     program = "the server"
 
     def __init__(self, command: list[str] | None = None, health: str | list[str] | None = None,
@@ -64,6 +78,16 @@ class Generic(HelpValidated, Engine):
                 raise SpecError(f"engine_options.ready_pattern: not a valid regex: {err}") from None
         self.ready_pattern = ready_pattern
         self.help_text = help_text
+
+    def port_problem(self) -> str | None:
+        if any("{port}" in part for part in self.template):
+            return None
+        return (f"engine_options.command: no {{port}} in {self.template!r}; bakeoff runs each trial on a port of its "
+                "own and the command to deploy on server.port (e.g. \"--port\", \"{port}\")")
+
+    def cannot_check_here(self) -> str | None:
+        """A free-form command has no --help to read unless one was captured (``help_text``)."""
+        return super().cannot_check_here() if self.help_text else None
 
     def command(self, ctx: LaunchContext) -> list[str]:
         values = {

@@ -22,7 +22,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from bakeoff.run.engines.base import suggest
+from pydantic import BaseModel, ConfigDict
+
+from bakeoff.registry import suggest
 from bakeoff.errors import SpecError
 
 # a flag token: not preceded by a word char or '-' (so "--no-x" is one token, "a--b" none)
@@ -157,10 +159,21 @@ def console_script(name: str, python: str, binary: str | None = None) -> str:
     return shutil.which(name) or name
 
 
+class ScriptOptions(BaseModel):
+    """``engine_options`` of an engine started by a console script (trtllm, transformers)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    python: str | None = None
+    binary: str | None = None
+    help_text: str | None = None
+
+
 class ScriptEngine:
     """Mixin for engines started by a console script of a Python package (options: python, binary, help_text)."""
 
     script: str = ""
+    Options = ScriptOptions
 
     def __init__(self, python: str | None = None, binary: str | None = None, help_text: str | None = None) -> None:
         self.python = python or sys.executable
@@ -176,6 +189,8 @@ class HelpValidated:
     the engine is installed here, from running its help once. Otherwise every value passes."""
 
     help_text: str | None = None
+    python: str | None = None  # where the engine's --help comes from (set by the engines that take them)
+    binary: str | None = None
     program: str = "the engine"
     allow_abbrev: bool = True
 
@@ -189,20 +204,27 @@ class HelpValidated:
         argvs = self.help_argvs()
         return installed_flags(*argvs) if argvs else {}
 
+    def flag_choices(self, flag: str) -> list[str]:
+        try:
+            flags = self.known_flags()
+        except (TypeError, ValueError, OSError):
+            return []
+        canon = resolve_flag(flags, flag) if flags else None
+        return list(flags[canon]) if canon is not None else []
+
     def validate_value(self, flag: str, value: str) -> None:
         check_value(self.known_flags(), flag, value, self.program, self.allow_abbrev)
 
     def cannot_check_here(self) -> str | None:
         """A free-form command (no help source at all: generic) has nothing to check; an engine
         whose --help cannot be read here says so."""
-        if not self.help_text and not self.help_argvs() and getattr(self, "kind", "") == "generic":
-            return None
         try:
             if self.known_flags():
                 return None
         except (OSError, ValueError):
             pass
-        opts = ", ".join(f"{k} = {getattr(self, k)!r}" for k in ("python", "binary", "help_text") if getattr(self, k, None))
+        opts = ", ".join(f"{k} = {v!r}" for k, v in (("python", self.python), ("binary", self.binary),
+                                                      ("help_text", self.help_text)) if v)
         return f"{self.program}'s --help could not be read here (" + (opts or "not installed here") + ")"
 
 

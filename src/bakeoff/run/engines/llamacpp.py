@@ -14,13 +14,25 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from bakeoff.run.engines.base import Engine, LaunchContext, Phase, register, suggest
+from pydantic import BaseModel, ConfigDict
+
+from bakeoff.registry import suggest
+from bakeoff.run.engines.base import Engine, LaunchContext, Phase
 from bakeoff.errors import SpecError
 
 
-@register
+class LlamaCppOptions(BaseModel):
+    """``engine_options`` for ``engine = "llamacpp"``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    binary: str | None = None
+    help_text: str | None = None
+
+
 class LlamaCpp(Engine):
     kind = "llamacpp"
+    Options = LlamaCppOptions
     default_port = 8080  # llama-server --help: "--port PORT  port to listen (default: 8080)"
     health_paths = ("/health", "/v1/models")
     int_flags = ("-t", "--threads", "-tb", "--threads-batch", "-c", "--ctx-size", "-b", "--batch-size", "-ub",

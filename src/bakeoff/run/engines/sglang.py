@@ -24,16 +24,27 @@ import importlib.util
 import sys
 from typing import ClassVar
 
-from bakeoff.run.engines.base import Engine, LaunchContext, Phase, register
+from pydantic import BaseModel, ConfigDict
+
+from bakeoff.run.engines.base import Engine, LaunchContext, Phase
 from bakeoff.run.engines.helptext import HelpValidated
 
 HEALTH_GENERATE_PATH = "/health_generate"
 DEFAULT_PORT = 30000  # ServerArgs.port in sglang/srt/server_args.py
 
 
-@register
+class SGLangOptions(BaseModel):
+    """``engine_options`` for ``engine = "sglang"``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    python: str | None = None
+    help_text: str | None = None
+
+
 class SGLang(HelpValidated, Engine):
     kind = "sglang"
+    Options = SGLangOptions
     default_port = 30000  # sglang.launch_server --port default
     program = "sglang.launch_server"
     health_paths = ("/health", "/v1/models")

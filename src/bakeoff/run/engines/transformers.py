@@ -29,11 +29,10 @@ import importlib.metadata
 import importlib.util
 from pathlib import Path
 
-from bakeoff.run.engines.base import Engine, LaunchContext, Phase, register
+from bakeoff.run.engines.base import Engine, LaunchContext, Phase
 from bakeoff.run.engines.helptext import HelpValidated, ScriptEngine
 
 
-@register
 class TransformersServe(ScriptEngine, HelpValidated, Engine):
     kind = "transformers"
     script = "transformers"

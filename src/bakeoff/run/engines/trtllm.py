@@ -17,11 +17,10 @@ import importlib.metadata
 import importlib.util
 import shutil
 
-from bakeoff.run.engines.base import Engine, LaunchContext, Phase, register
+from bakeoff.run.engines.base import Engine, LaunchContext, Phase
 from bakeoff.run.engines.helptext import HelpValidated, ScriptEngine
 
 
-@register
 class TensorRTLLM(ScriptEngine, HelpValidated, Engine):
     kind = "trtllm"
     script = "trtllm-serve"

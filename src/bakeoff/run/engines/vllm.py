@@ -20,16 +20,29 @@ import importlib.metadata
 import importlib.util
 import sys
 
-from bakeoff.run.engines.base import Engine, LaunchContext, Phase, register
+from pydantic import BaseModel, ConfigDict
+
+from bakeoff.run.engines.base import Engine, LaunchContext, Phase
 from bakeoff.run.engines.helptext import HelpValidated, console_script
 from bakeoff.errors import SpecError
 
 ENTRYPOINTS = ("cli", "module")
 
 
-@register
+class VLLMOptions(BaseModel):
+    """``engine_options`` for ``engine = "vllm"``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    entrypoint: str = "cli"  # one of ENTRYPOINTS (the constructor says so)
+    python: str | None = None
+    binary: str | None = None
+    help_text: str | None = None
+
+
 class VLLM(HelpValidated, Engine):
     kind = "vllm"
+    Options = VLLMOptions
     program = "vllm serve"
     health_paths = ("/health", "/v1/models")
     supports_ignore_eos = True

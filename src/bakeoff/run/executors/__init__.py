@@ -3,26 +3,20 @@
 The pipeline (``bakeoff.pipeline``) owns the plan, pruning, the store and the decision; an
 executor is handed one trial at a time (``submit``) while it has room (``capacity``) and hands
 back finished records (``wait``). ``local``: one trial after another in this process. ``ray``:
-each trial a Ray task with resources of its own. One module each; :func:`make_executor` picks.
+each trial a Ray task with resources of its own. One module each, named in
+``bakeoff.registry.EXECUTORS``; :func:`make_executor` picks.
 """
 
 from __future__ import annotations
 
-from bakeoff.errors import SpecError
+from bakeoff.registry import EXECUTORS
 from bakeoff.run.executors.base import Context, Executor, Job
 
 __all__ = ["Context", "Executor", "Job", "make_executor", "KNOWN"]
 
-KNOWN = ("local", "ray")
+KNOWN = tuple(EXECUTORS.names())
 
 
 def make_executor(name: str, ctx: Context) -> Executor:
-    if name == "local":
-        from bakeoff.run.executors.local import Local
-
-        return Local(ctx)
-    if name == "ray":
-        from bakeoff.run.executors.ray import RayExecutor
-
-        return RayExecutor(ctx)
-    raise SpecError(f"executor: unknown executor {name!r}; known: {', '.join(KNOWN)}")
+    """The executor ``name`` names (``bakeoff.registry.EXECUTORS``), for this sweep."""
+    return EXECUTORS.get(name)(ctx)

@@ -413,9 +413,8 @@ class RayExecutor(Executor):
             for pid in tagged_servers(self.dir, p and _log_name(p)):
                 pids.setdefault(pid, (pid, None))
             stopped = [self.host.kill_orphan(pid, pgid, argv0) for pid, (pgid, argv0) in pids.items()]
-            waiter = getattr(self.host, "wait_port_free", None)
-            if waiter and i.get("port"):
-                waiter(i["port"])
+            if i.get("port"):
+                self.host.wait_port_free(i["port"])
             return any(stopped)
         if not i.get("pid"):
             return False

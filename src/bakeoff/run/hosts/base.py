@@ -1,14 +1,25 @@
 """The host contract: where an engine process runs.
 
 A host starts one server process (in its own process group / session) with its output going
-to a log file, reports whether it is still alive, and stops the whole process tree.
+to a log file, reports whether it is still alive, and stops the whole process tree. Its
+``Options`` model is the spec's ``[host]`` table for its ``kind`` (named in
+``bakeoff.registry.HOSTS``). Every method a caller uses is declared here, most with the
+behaviour of this machine as the default: a host overrides only what differs.
 """
 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from bakeoff.errors import SpecError
+
+if TYPE_CHECKING:
+    from bakeoff.spec import Model
 
 
 class PathEdit(str):
@@ -82,11 +93,59 @@ class Handle:
     pgid: int
     log_path: Path
     host: str = "127.0.0.1"
+    remote_log: str = ""  # the log's path where the server runs, when that is another machine
+    tunnel: Any = field(default=None, repr=False)  # the ssh -L process that reaches the server, if any
+
+
+class LocalOptions(BaseModel):
+    """The spec's ``[host]`` table for ``kind = "local"``: nothing but the kind."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: Literal["local"] = "local"
 
 
 class Host:
     kind = "base"
     address = "127.0.0.1"
+    describe = "the host"  # how messages name it ("ssh host gpu1")
+    is_remote: ClassVar[bool] = False  # another machine: run_script, run_argv, path_exists work there
+    max_log_bytes: int = 20_000_000  # the cap of each trial's log (spec server.max_log_bytes)
+    Options: ClassVar[type[BaseModel]] = LocalOptions
+
+    # -- from the spec ---------------------------------------------------------------------
+    @classmethod
+    def parse_options(cls, table: dict, bind: str | None = None) -> BaseModel:
+        """THE reading of the spec's ``[host]`` table for this kind: one SpecError naming the key.
+        ``bind`` (``server.host``): a host that cannot reach a server binding it says so."""
+        try:
+            return cls.Options.model_validate(table)
+        except ValidationError as err:
+            e = err.errors()[0]
+            where = ".".join(str(p) for p in e["loc"])
+            msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+            raise SpecError(f"host.{where}: {msg}") from None
+
+    @classmethod
+    def create(cls, table: dict) -> "Host":
+        """The host the ``[host]`` table describes."""
+        cls.parse_options(table)
+        return cls()
+
+    @classmethod
+    def command_line(cls, table: dict, argv: list[str], env: dict[str, str], log_name: str, sweep: str) -> str:
+        """The command a person would type to start this server there, secrets masked."""
+        return shell_line(list(argv), env)  # it masks secrets itself (references to the user's variables)
+
+    def resolve_model(self, model: "Model") -> str:
+        """``model.path`` resolved where the servers run (SpecError when it is not there)."""
+        return model.resolve()
+
+    def client_host(self, bind: str) -> str:
+        """Where the HTTP client connects to a server that binds ``bind``."""
+        return "127.0.0.1" if bind in ("0.0.0.0", "::", "") else bind
+
+    # -- the lifecycle ---------------------------------------------------------------------
 
     def start(self, argv: list[str], env: dict[str, str], log_path: Path, cwd: str | None = None) -> Handle:
         """Start ``argv`` (a list, never a shell string) with ``env`` added to the host's env."""
@@ -108,6 +167,31 @@ class Host:
 
     def port_is_free(self, port: int) -> bool:
         raise NotImplementedError
+
+    def wait_port_free(self, port: int, timeout_s: float = 15.0) -> bool:
+        """Whether ``port`` is free, waiting up to ``timeout_s`` for a stopped server to let go."""
+        return self.port_is_free(port)
+
+    def wait_gpu_free(self, pids: set[int], timeout_s: float = 30.0) -> bool:
+        """Whether no GPU memory is held by ``pids`` any more (True where nothing can say)."""
+        return True
+
+    def kill_all(self) -> int:
+        """SIGKILL every server this host started and has not stopped; how many."""
+        return 0
+
+    def find_orphans(self, sweep_dir) -> list[int]:
+        """Pids of servers a killed bakeoff left running for ``sweep_dir`` and did not record."""
+        return []
+
+    # -- commands on another machine (``is_remote``) ---------------------------------------
+    def run_script(self, script: str, timeout_s: float = 60.0) -> str:
+        """Run a ``sh`` script there; its stdout."""
+        raise NotImplementedError(f"{self.kind} host: only a remote host runs scripts for bakeoff")
+
+    def run_argv(self, argv: list[str], timeout_s: float = 120.0, stdin: bytes = b"") -> tuple[int, str]:
+        """Run ``argv`` there; (exit status, stdout+stderr)."""
+        raise NotImplementedError(f"{self.kind} host: only a remote host runs commands for bakeoff")
 
     def kill_orphan(self, pid: int, pgid: int, argv0: str | None = None) -> bool:
         """Stop a server left by an earlier, killed bakeoff. True when something was stopped."""

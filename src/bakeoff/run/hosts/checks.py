@@ -9,12 +9,11 @@ For a local spec both checks already ran when the spec was parsed.
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 from typing import Callable
 
 from bakeoff.errors import InfraError, SpecError
-from bakeoff.spec import Model, Spec, render
+from bakeoff.spec import Model, Spec
 
 
 def on_host(spec: Spec, host, sweep_dir: Path, note: Callable[[str], None] = lambda m: None) -> str:
@@ -43,12 +42,10 @@ case "$v" in no|false|0|off) echo exempt; exit 0;; esac
 
 
 def check_remove_ipc(host, note: Callable[[str], None]) -> bool:
-    """Whether a server on ``host`` keeps its IPC after bakeoff's ssh session ends; when it may not
-    (logind's RemoveIPC on, the user not lingering), a note says the one command that fixes it."""
-    run = getattr(host, "run_script", None)
-    if run is None:
-        return True
-    out = run(IPC_CHECK, 30).strip()
+    """Whether a server on ``host`` (a remote one) keeps its IPC after bakeoff's ssh session ends;
+    when it may not (logind's RemoveIPC on, the user not lingering), a note says the one command
+    that fixes it."""
+    out = host.run_script(IPC_CHECK, 30).strip()
     if out.startswith("at-risk"):
         user = out.split()[-1]
         note(f"{host.describe}: systemd-logind's RemoveIPC is on and {user} does not linger: a server's shared memory "
@@ -76,23 +73,14 @@ def _checked(spec: Spec, host, sweep_dir: Path, note: Callable[[str], None]) -> 
 
 def check_axis_values(spec: Spec, host, cache_dir: Path, note: Callable[[str], None]) -> Path | None:
     """Every flag-axis value against the ``--help`` captured on ``host``; returns that file."""
-    from bakeoff.run.engines.base import get_engine
+    from bakeoff.run.engines.base import get_engine, option_names
     from bakeoff.run.engines.helptext import capture_on_host
 
     engine = get_engine(spec.engine, **spec.engine_options)
-    if "help_text" not in inspect.signature(type(engine).__init__).parameters:
+    if "help_text" not in option_names(type(engine)):
         return None  # an engine with no --help to read (generic)
     help_file = capture_on_host(engine, host.run_argv, cache_dir, host.describe)
     note(f"axis values checked against --help on {host.describe} ({help_file.name})")
     checker = get_engine(spec.engine, **{**spec.engine_options, "help_text": str(help_file)})
-    for axis in spec.axes:
-        if axis.flag is None:
-            continue
-        for value in axis.values:
-            if isinstance(value, bool):
-                continue
-            try:
-                checker.validate_value(axis.flag, render(value))
-            except SpecError as err:
-                raise SpecError(f"axes.{axis.name}: {err} (per --help on {host.describe})") from None
+    checker.check_axis_values(spec.axes, f" (per --help on {host.describe})")
     return help_file

@@ -38,15 +38,16 @@ import subprocess
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from bakeoff.errors import InfraError, LaunchError, SpecError
 from bakeoff.run.hosts.base import Handle, Host, PathEdit
 from bakeoff.run.hosts.logcap import CappedLogWriter
-from bakeoff.redact import redact_text, remember
+from bakeoff.redact import MASK, is_secret, mask_argv, redact_text, remember
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 FETCH_CAP = 4_000_000  # bytes of remote log copied per read_log call
@@ -102,10 +103,11 @@ LISTENING = r"""cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "0A" {
 
 
 class SSHOptions(BaseModel):
-    """The spec's ``[host]`` table for ``kind = "ssh"`` (minus ``kind``)."""
+    """The spec's ``[host]`` table for ``kind = "ssh"``."""
 
     model_config = ConfigDict(extra="forbid")
 
+    kind: Literal["ssh"] = "ssh"
     address: str = Field(min_length=1)
     user: str | None = None
     port: int = Field(default=22, ge=1, le=65535)
@@ -125,8 +127,7 @@ class SSHOptions(BaseModel):
 
 @dataclass
 class SSHHandle(Handle):
-    remote_log: str = ""
-    tunnel: subprocess.Popen | None = field(default=None, repr=False)
+    """A server started over ssh (``remote_log`` and ``tunnel`` set)."""
 
 
 @dataclass
@@ -229,22 +230,8 @@ def _tunnel_target(bind: str | None) -> str:
     return "[::1]" if bind == "::1" else bind
 
 
-def check_options(options: dict, bind: str) -> SSHOptions:
-    """The ``[host]`` table validated, and reachable for a server binding ``bind`` (SpecError)."""
-    try:
-        opts = SSHOptions(**{k: v for k, v in options.items() if k != "kind"})
-    except ValidationError as err:
-        e = err.errors()[0]
-        where = ".".join(str(p) for p in e["loc"])
-        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
-        raise SpecError(f"host.{where}: {msg}") from None
-    reach(opts, bind)
-    return opts
-
-
-def plan_command(options: dict, argv: list[str], env: dict[str, str], log_name: str, sweep: str) -> str:
+def plan_command(opts: SSHOptions, argv: list[str], env: dict[str, str], log_name: str, sweep: str) -> str:
     """``ssh [opts] DEST 'REMOTE COMMAND'`` as ``bakeoff plan`` prints it (secrets masked by the caller)."""
-    opts = SSHOptions(**{k: v for k, v in options.items() if k != "kind"})
     dest = f"{opts.user}@{opts.address}" if opts.user else opts.address
     log = str(PurePosixPath(opts.remote_dir) / sweep / "logs" / log_name)
     lead = ["ssh"] + (["-p", str(opts.port)] if opts.port != 22 else [])
@@ -258,15 +245,28 @@ def exit_status(rc: int) -> int:
 
 class SSHHost(Host):
     kind = "ssh"
+    is_remote = True
+    Options = SSHOptions
 
-    def __init__(self, **options) -> None:
-        try:
-            self.opts = SSHOptions(**options)
-        except ValidationError as err:
-            e = err.errors()[0]
-            where = ".".join(str(p) for p in e["loc"])
-            msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
-            raise SpecError(f"host.{where}: {msg}") from None
+    @classmethod
+    def parse_options(cls, table: dict, bind: str | None = None) -> SSHOptions:
+        opts = super().parse_options(table)
+        if bind is not None:
+            reach(opts, bind)
+        return opts
+
+    @classmethod
+    def create(cls, table: dict) -> "SSHHost":
+        return cls(cls.parse_options(table))
+
+    @classmethod
+    def command_line(cls, table: dict, argv: list[str], env: dict[str, str], log_name: str, sweep: str) -> str:
+        """``ssh DEST 'export K=V && ... && setsid nohup ARGV > LOG 2>&1 < /dev/null &'``, secrets masked."""
+        shown = {k: (v if isinstance(v, PathEdit) else MASK if is_secret(k) and v else v) for k, v in env.items()}
+        return redact_text(plan_command(cls.parse_options(table), mask_argv(list(argv)), shown, log_name, sweep))
+
+    def __init__(self, opts: SSHOptions) -> None:
+        self.opts = opts
         o = self.opts
         self.describe = f"ssh host {o.user + '@' if o.user else ''}{o.address}"
         self.address = o.address
@@ -375,7 +375,7 @@ class SSHHost(Host):
         their tunnels; never blocks long (one ssh round trip per server, a short timeout)."""
         n = 0
         for pid, handle in list(self._started.items()):
-            tunnel = getattr(handle, "tunnel", None)
+            tunnel = handle.tunnel
             if tunnel is not None and tunnel.poll() is None:
                 tunnel.kill()
             try:
@@ -389,6 +389,9 @@ class SSHHost(Host):
     def client_host(self, bind: str) -> str:
         """Where the local HTTP client connects to a server that binds ``bind`` on the remote."""
         return reach(self.opts, bind)[1]
+
+    def resolve_model(self, model) -> str:
+        return model.resolve(exists=self.path_exists, where=f" on {self.describe}")
 
     def path_exists(self, path: str) -> bool:
         """Whether ``path`` exists on the remote (``~/`` is the remote user's home)."""
@@ -407,7 +410,7 @@ class SSHHost(Host):
             f'if [ -s {rc} ]; then cat {rc}; elif alive {handle.pid}; then echo running; '
             f'else sleep 0.3; if [ -s {rc} ]; then cat {rc}; else echo gone; fi; fi\n', 30).strip()
         if out == "running":
-            tunnel = getattr(handle, "tunnel", None)
+            tunnel = handle.tunnel
             if tunnel is not None and tunnel.poll() is not None:  # the server is fine; the way to it is not
                 raise InfraError(f"ssh tunnel to {self.dest} closed (exit {tunnel.returncode}) while the server runs")
             return None
@@ -426,7 +429,7 @@ class SSHHost(Host):
                     if mirror is not None:
                         self._sync(mirror, handle, final=True)
             finally:  # the tunnel goes even when the host cannot be reached
-                tunnel = getattr(handle, "tunnel", None)
+                tunnel = handle.tunnel
                 if tunnel is not None and tunnel.poll() is None:
                     tunnel.terminate()
                     try:
@@ -558,7 +561,7 @@ class SSHHost(Host):
 
 
 def _remote_log(handle: Handle) -> str:
-    remote = getattr(handle, "remote_log", "")
+    remote = handle.remote_log
     if not remote:
         raise InfraError("this handle has no remote log (not started by an SSH host)")
     return remote
