@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import random
 import re
 import tomllib
@@ -60,6 +59,14 @@ from pathlib import Path
 from bakeoff import progress
 from bakeoff.measure.client import THINKING_FIELDS, Result, chat_body, new_session, stream_request, tokenize
 from bakeoff.spec import Bench, Probes
+from bakeoff.judge.checks import Evidence, Finding
+from bakeoff.judge.checks import differential
+from bakeoff.judge.checks import lm_eval as lm_eval_gate
+from bakeoff.judge.checks.differential import DIFF_MODES, Diff, _tail, _toks, compare, whole_diffs
+from bakeoff.judge.checks.differential import _spread, compare_whole  # noqa: F401 - still importable from probes
+from bakeoff.judge.checks import sampled as sampled_path
+from bakeoff.judge.stats import finite as _finite
+from bakeoff.judge.stats import mcnemar_worse, unstable_items, wilson  # noqa: F401 - probes.wilson etc. stay importable
 
 # -- the prompt set ---------------------------------------------------------------------
 
@@ -250,26 +257,6 @@ def gate_items(n: int, seed: int = 0) -> list[Prompt]:
     return out
 
 
-def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """The Wilson score interval of k successes in n."""
-    if n == 0:
-        return (0.0, 1.0)
-    from scipy.stats import binomtest
-
-    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
-    return (round(float(ci.low), 3), round(float(ci.high), 3))
-
-
-def mcnemar_worse(base_right: list[bool], trial_right: list[bool]) -> tuple[int, int, float]:
-    """Paired items: (lost, gained, one-sided exact McNemar p that the trial is worse)."""
-    from scipy.stats import binomtest
-
-    lost = sum(b and not t for b, t in zip(base_right, trial_right))
-    gained = sum(t and not b for b, t in zip(base_right, trial_right))
-    p = binomtest(lost, lost + gained, 0.5, alternative="greater").pvalue if lost + gained else 1.0
-    return lost, gained, float(p)
-
-
 # -- absolute detectors -----------------------------------------------------------------
 
 
@@ -335,10 +322,6 @@ def _not_greedy(res: Result, *, ignore_eos: bool = False) -> str | None:
     return None
 
 
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
-
-
 def repetition(toks: list, min_len: int = 24) -> str | None:
     """A short period (≤4 tokens) repeating over the last 75% of a long enough reply."""
     if len(toks) < min_len:
@@ -354,170 +337,6 @@ def repetition(toks: list, min_len: int = 24) -> str | None:
         if reps * period >= 0.9 * len(tail) and reps >= 6:
             return f"{''.join(map(str, unit))!r} repeated {reps} times"
     return None
-
-
-# -- differential -------------------------------------------------------------------------
-
-
-@dataclass
-class Diff:
-    agreement: float          # common greedy prefix / longer length (whole-answer: matched / baseline length)
-    consistent: bool          # identical, or every divergence a near-tie and no early stop
-    diverge_at: int | None
-    detail: str
-    gap: float | None = None  # the largest logprob gap at a divergence
-    early_stop: bool = False  # the trial stopped (or was cut) well before the baseline
-    reanchored: int = 0       # divergences passed by teacher forcing the baseline's tokens
-    whole: bool = True        # the whole answer was judged (False: a near-tie with nothing shown past it)
-
-
-def _toks(r: Result) -> list:
-    return [t.get("token") for t in r.tokens] if r.tokens else r.generated.split()
-
-
-def compare(base: Result, trial: Result, *, top_k: int, tie_gap: float = 1.5, text_min_agreement: float = 0.9) -> Diff:
-    """Greedy agreement of two replies to the same prompt, judged at the first divergence.
-
-    * a divergence is consistent when each side's token is in the other's top-k within ``tie_gap``
-      nats of its own choice on both sides (a near-tie);
-    * the trial ending first (a prefix of the baseline) is consistent only when the baseline's
-      token there was itself near-tied with stopping: its probability p leaves at most 1-p for
-      EOS, so the gap is at least log p - log(1-p); above ``tie_gap`` it is an early stop. A
-      trial cut by length before the baseline is truncated;
-    * without logprobs (e.g. transformers serve) no near-tie can be shown, so the text test is
-      stricter: consistent only when ``text_min_agreement`` of the words agree and the trial
-      is not the shorter one by more than a quarter.
-    """
-    bt, tt = _toks(base), _toks(trial)
-    n = 0
-    while n < min(len(bt), len(tt)) and bt[n] == tt[n]:
-        n += 1
-    longest = max(len(bt), len(tt), 1)
-    agreement = n / longest
-    if n == len(bt) == len(tt):
-        return Diff(1.0, True, None, "identical")
-    logprobs = bool(base.tokens and trial.tokens)
-    if n == len(tt) < len(bt):  # the trial ended first
-        return _shorter(base, trial, n, agreement, tie_gap, logprobs, top_k)
-    if n == len(bt) < len(tt):  # the baseline ended first: the trial went on (the detectors judge what it said)
-        return Diff(agreement, True, n, f"same tokens, lengths {len(bt)} vs {len(tt)} (the trial went on)")
-    if not logprobs:
-        ok = agreement >= text_min_agreement
-        return Diff(agreement, ok, n, f"diverged at word {n} of {longest} (no logprobs: text agreement {agreement:.2f}, "
-                                      f"need {text_min_agreement})")
-    b, t = base.tokens[n], trial.tokens[n]
-    b_top = {x.get("token"): x.get("logprob") for x in (b.get("top_logprobs") or [])[:top_k]}
-    t_top = {x.get("token"): x.get("logprob") for x in (t.get("top_logprobs") or [])[:top_k]}
-    t_in_b = t.get("token") in b_top
-    b_in_t = b.get("token") in t_top
-    gap_b = _gap(b.get("logprob"), b_top.get(t.get("token")) if t_in_b else None)
-    if b_in_t:
-        gap_t = _gap(t.get("logprob"), t_top.get(b.get("token")))
-        shown_t = f"{gap_t:.2f}"
-    else:  # the baseline's token below the trial's cut list: its gap there is at least the list's own spread
-        floor_t = _spread(t.get("logprob"), t_top, top_k)
-        gap_t, shown_t = (math.inf, "inf") if floor_t is None else (floor_t, f"≥{floor_t:.2f}")
-    gap = max(gap_b, gap_t)
-    consistent = t_in_b and gap <= tie_gap
-    detail = (
-        f"diverged at token {n}: baseline {b.get('token')!r} vs {t.get('token')!r}; "
-        f"in each other's top-{top_k}: {t_in_b}/{b_in_t}; logprob gaps {gap_b:.2f}/{shown_t} "
-        f"({'near-tie' if consistent else 'not a near-tie'}, limit {tie_gap})"
-    )
-    return Diff(agreement, consistent, n, detail, gap)
-
-
-def _spread(chosen, top: dict, k: int) -> float | None:
-    """How far below the chosen token a full top-``k`` list ends: a lower bound of the gap to any
-    token not in it (None when the list is shorter than ``k``: then nothing bounds that gap).
-
-    Why a lower bound is enough in this one direction (``compare``): the trial's own token must
-    still be in the *baseline's* list within ``tie_gap`` (the known-good model found it nearly as
-    likely), and the trial's list, cut at ``k``, must not contradict a near-tie. Measured on the
-    H200 (docs/results/h200-llamacpp): a healthy ``--cache-type-v q8_0`` chose ' any' where the
-    baseline chose ' crafting' with ' any' 0.15 nats behind; ' crafting' was 6th or lower in the
-    trial's top-5. A broken kernel's choice is what the baseline finds unlikely, caught by the
-    other direction."""
-    vals = [v for v in top.values() if _finite(v)]
-    if len(vals) < k or not _finite(chosen):
-        return None
-    return max(0.0, chosen - min(vals))
-
-
-# how engines spell an end-of-sequence token in a top_logprobs list (llama.cpp: the empty string)
-EOS_TEXTS = {"", "<|im_end|>", "</s>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "<|end_of_text|>", "<eos>"}
-
-
-def _shorter(base: Result, trial: Result, n: int, agreement: float, tie_gap: float, logprobs: bool,
-             top_k: int = 5) -> Diff:
-    """The trial is a strict prefix of the baseline: an EOS near-tie, or an early stop."""
-    nb = len(_toks(base))
-    if trial.finish_reason == "length":
-        return Diff(agreement, False, n, f"truncated: cut by length after {n} tokens, the baseline gave {nb}", early_stop=True)
-    if logprobs:
-        lp = base.tokens[n].get("logprob")
-        if _finite(lp):
-            p = math.exp(lp)
-            gap = max(0.0, lp - math.log1p(-p)) if p < 1 else math.inf  # EOS had at most 1-p
-            top = [x for x in (base.tokens[n].get("top_logprobs") or []) if _finite(x.get("logprob"))]
-            eos = [x["logprob"] for x in top if (x.get("token") or "").strip() in EOS_TEXTS]
-            if eos:  # the baseline's own EOS probability there: the exact gap
-                gap = max(0.0, lp - max(eos))
-            elif len(top) >= top_k:  # EOS was not among the baseline's top-k: below the last of them
-                gap = max(gap, lp - min(x["logprob"] for x in top))
-            ok = gap <= tie_gap
-            return Diff(agreement, ok, n, f"{'stopped at a near-tie' if ok else 'early stop'}: the trial ended after {n} tokens, "
-                                          f"the baseline went on with {base.tokens[n].get('token')!r} (p={p:.2f}, gap to EOS "
-                                          f"≥ {gap:.2f}, limit {tie_gap}) to {nb} tokens", gap, early_stop=not ok)
-    ok = n >= 0.75 * nb
-    return Diff(agreement, ok, n, f"the trial ended after {n} words, the baseline gave {nb}" + ("" if ok else " (early stop)"),
-                early_stop=not ok)
-
-
-def _gap(chosen, other) -> float:
-    """How much more likely a side found its own token than the other side's (inf: unknown)."""
-    if not (_finite(chosen) and _finite(other)):
-        return math.inf
-    return max(0.0, chosen - other)
-
-
-def _tail(r: Result, k: int) -> Result:
-    """The reply from token ``k`` on (for comparing a teacher-forced continuation)."""
-    toks = r.tokens[k:]
-    return Result(text="".join(t.get("token") or "" for t in toks), tokens=toks, logprobs_requested=r.logprobs_requested,
-                  finish_reason=r.finish_reason)
-
-
-def compare_whole(base: Result, trial: Result, anchored: list[tuple[int, Result]], *, top_k: int, tie_gap: float,
-                  text_min_agreement: float = 0.9) -> Diff:
-    """The whole answer: the first divergence, then each teacher-forced continuation (the
-    trial's reply given the baseline's tokens up to ``k``) against the baseline from ``k`` on.
-    Agreement is the share of the baseline's tokens the trial reproduced greedily."""
-    d = compare(base, trial, top_k=top_k, tie_gap=tie_gap, text_min_agreement=text_min_agreement)
-    nb = max(len(_toks(base)), 1)
-    if d.diverge_at is not None and d.diverge_at >= nb:  # the trial went on past the baseline's end
-        d.agreement = 1.0
-    if not d.consistent or d.diverge_at is None or d.early_stop or d.diverge_at >= nb:
-        return d
-    if not anchored:  # nothing shown past the divergence (no teacher forcing): not a whole answer
-        d.whole = d.diverge_at >= nb - 1
-        return d
-    matched, gaps, details = d.diverge_at, [d.gap or 0.0], [d.detail]
-    for k, cont in anchored:
-        sub = compare(_tail(base, k), cont, top_k=top_k, tie_gap=tie_gap)
-        matched += sub.diverge_at if sub.diverge_at is not None else len(_toks(cont))
-        gaps.append(sub.gap or 0.0)
-        if not sub.consistent:
-            detail = f"after a near-tie at token {d.diverge_at}, teacher-forced from token {k}: {_shift(sub.detail, k)}"
-            return Diff(matched / nb, False, d.diverge_at, detail, max(gaps), sub.early_stop, len(anchored))
-        if sub.diverge_at is not None and sub.detail.startswith("same tokens"):
-            break
-        details.append(_shift(sub.detail, k))
-    return Diff(min(1.0, matched / nb), True, d.diverge_at, "; then ".join(details), max(gaps), False, len(anchored))
-
-
-def _shift(detail: str, k: int) -> str:
-    return re.sub(r"token (\d+)", lambda m: f"token {int(m.group(1)) + k}", detail, count=1)
 
 
 # -- the outcome --------------------------------------------------------------------------
@@ -672,7 +491,6 @@ def absolute_floors(collected: dict, cfg: Probes) -> list[str]:
 # Detectors that can be the model's own behaviour on a prompt (SmolLM2 loops on some): in a
 # trial they count only where the baseline did not show the same thing on the same prompt.
 MODEL_BEHAVIOUR = ("degenerate_repetition", "all_same_token", "empty", "bad_characters")
-DIFF_MODES = ("single", "long")  # and every "bench c=N" mode: compared with the baseline reply by reply
 
 
 def _unexcusable(results: dict[str, Result], expect_logprobs: bool) -> bool:
@@ -687,9 +505,10 @@ def bench_mode(bench: Bench | None) -> str | None:
 
 async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int | None, timeout_s: float,
                    expect_logprobs: bool = True, bench: Bench | None = None, baseline: dict | None = None,
-                   thinking: str = "auto", thinking_room: int = 0, recipe: str | None = None) -> dict:
-    """Single requests, the long document, N concurrent copies, the benchmark-shaped batch and
-    the task gate; then, against the baseline, the teacher-forced continuations (``recipe``: how
+                   thinking: str = "auto", thinking_room: int = 0, recipe: str | None = None,
+                   sampled: bool = False) -> dict:
+    """Single requests, the long document, N concurrent copies, the benchmark-shaped batch,
+    the task gate and (``sampled``) the replies drawn at temperature > 0; then, against the baseline, the teacher-forced continuations (``recipe``: how
     the engine gives its templated prompt, ``_teacher_force``). A mode that
     shows a finding no baseline can excuse ends the collection there. Every request asks for
     ``thinking`` (``[server] thinking``) and gets ``thinking_room`` tokens more for the thought."""
@@ -750,6 +569,12 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
             items = gate_items(cfg.gate_items, cfg.gate_seed)
             progress.note(f"task gate: {len(items)} items")
             out["gate"] = dict(zip((p.id for p in items), await asyncio.gather(*(one(p) for p in items))))
+        if sampled and expect_logprobs:
+            progress.note(f"the sampled path: {len(prompts)} prompts x {cfg.sampled_seeds} seeds at temperature "
+                          f"{cfg.sampled_temperature}")
+            collected["sampled"] = await sampled_path.collect(session, url, prompts, cfg, lambda p: body(messages(p)))
+        elif sampled:
+            info.setdefault("checks_not_run", []).append(sampled_path.NO_LOGPROBS)
         if baseline is not None and expect_logprobs and cfg.max_reanchors:
             progress.note("teacher forcing the near-tie divergences")
             collected["anchored"] = await _teacher_force(session, base_url, model, cfg, collected, baseline, info, recipe)
@@ -1028,12 +853,13 @@ def _request_messages(collected: dict, mode: str, pid: str) -> list[dict] | None
 def run_probes(base_url: str, cfg: Probes, *, model: str | None = None, ctx_size: int | None = None,
                timeout_s: float = 120, expect_logprobs: bool = True, bench: Bench | None = None,
                baseline: dict | None = None, thinking: str = "auto", thinking_room: int = 0,
-               templated_prompt: str | None = None) -> dict:
+               templated_prompt: str | None = None, sampled: bool = False) -> dict:
     """Run the probe set in every mode against a ready server; return raw results per mode.
     ``thinking``/``thinking_room``: ``[server] thinking`` and ``Server.thinking_room``;
-    ``templated_prompt``: ``Engine.templated_prompt`` (teacher forcing)."""
+    ``templated_prompt``: ``Engine.templated_prompt`` (teacher forcing); ``sampled``: also draw
+    the sampled-path replies (``bakeoff.judge.checks.sampled.wanted``)."""
     return asyncio.run(_collect(base_url, cfg, model, ctx_size, timeout_s, expect_logprobs, bench, baseline,
-                                thinking, thinking_room, templated_prompt))
+                                thinking, thinking_room, templated_prompt, sampled))
 
 
 # Without logprobs no divergence can be shown to be a near-tie, and a healthy change (a dtype)
@@ -1062,7 +888,9 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
       5. the task gate: paired exact McNemar test vs the baseline, over the items the baseline
          answered alike on each of its launches (``launch_answers``);
       6. concurrent copies vs this server's single answers, zero tolerance;
-      7. the lm-evaluation-harness gate, when it ran (``bakeoff.judge.lmeval``): the same test
+      7. the sampled path, when it was collected (``bakeoff.judge.checks.sampled``): replies at
+         temperature > 0 whose chosen tokens' likelihood moved from the baseline's;
+      8. the lm-evaluation-harness gate, when it ran (``bakeoff.judge.lmeval``): the same test
          on the documents of its tasks.
     """
     prompts: list[Prompt] = collected["prompts"]
@@ -1085,13 +913,17 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
     if base_res is None:
         not_run.append("differential vs a baseline (none healthy to compare with)" if role != "baseline" else
                        "differential (this is the baseline: judged by the detectors and the absolute floors)")
+    elif collected.get("sampled") and not baseline.get("sampled"):
+        not_run.append("sampled-path comparison (the baseline drew no sampled replies: it was judged with probes.sampled "
+                       "off or by an older bakeoff)")
 
     def fail(mode: str, detector: str, detail: str, evidence: list[str]) -> ProbeOutcome:
         return ProbeOutcome(False, mode, detector, detail, values, evidence=evidence, checks_not_run=not_run)
 
-    for check in (_check_detectors, _check_content, _check_floors, _check_differential, _check_tasks, _check_gate,
-                  _check_concurrent, _check_lm_eval):
-        found = check(collected, cfg, baseline, values, expect_logprobs, role)
+    ev = Evidence(collected, baseline, cfg, values, expect_logprobs, role,
+                  diffs=whole_diffs(collected, baseline, cfg) if baseline is not None else {})
+    for check in CHECKS:
+        found = check(ev)
         if found:
             return fail(*found)
     if not_run:
@@ -1116,7 +948,8 @@ def _texts(prompts: list[Prompt]) -> dict[str, str]:
     return {p.id: p.text for p in prompts}
 
 
-def _check_detectors(collected, cfg, baseline, values, expect_logprobs, role):
+def _check_detectors(ev: Evidence) -> Finding | None:
+    collected, baseline, expect_logprobs = ev.collected, ev.baseline, ev.expect_logprobs
     texts = _texts(collected["prompts"])
     base_res = baseline["results"] if baseline else None
     for mode, items in collected["results"].items():
@@ -1132,16 +965,17 @@ def _check_detectors(collected, cfg, baseline, values, expect_logprobs, role):
                 if r.tokens:
                     evidence.append("first tokens: " + ", ".join(f"{t.get('token')!r} {t.get('logprob')}" for t in r.tokens[:4]))
                 evidence += [f"also: {f}" for f in found[1:]]
-                return mode, _name(found[0]), f"{mode} / prompt {pid}: {found[0]}; text {r.text[:120]!r}", evidence
+                return Finding(mode, _name(found[0]), f"{mode} / prompt {pid}: {found[0]}; text {r.text[:120]!r}", evidence)
     return None
 
 
-def _check_content(collected, cfg, baseline, values, expect_logprobs, role):
+def _check_content(ev: Evidence) -> Finding | None:
     """``answer_in_reasoning``: a reply that ended on its own (not cut by ``max_tokens``) with an
     empty ``content`` and its answer only in ``reasoning_content``. Every OpenAI client reads
     ``content``, so it got "" — whatever the thought says. Accepted only where the spec says the
     deployment is meant to think (``[server] thinking = "on"``: the caller reads the reasoning
     field); for the baseline too (no baseline can excuse what clients do not see)."""
+    collected, values = ev.collected, ev.values
     mode_asked = ((collected.get("info") or {}).get("thinking") or {}).get("mode", "auto")
     if mode_asked == "on":
         return None
@@ -1155,14 +989,15 @@ def _check_content(collected, cfg, baseline, values, expect_logprobs, role):
     evidence = [f"{m} / prompt {p}: content {''!r}, reasoning_content {x.reasoning[:100]!r} (finish_reason {x.finish_reason})"
                 for m, p, x in hidden[:4]]
     evidence.append(f"prompt: {texts.get(pid.split('#')[0], '(generated prompt)')[:100]!r}")
-    return (mode, "answer_in_reasoning",
+    return Finding(mode, "answer_in_reasoning",
             f"{len(hidden)} replies ended with an empty content and their answer only in reasoning_content "
             f"(e.g. {mode} / prompt {pid}: {r.reasoning[:80]!r}); a client reading content gets \"\". "
             f"server.thinking = {mode_asked!r}: set it to 'on' if the deployment is meant to answer in its reasoning, "
             "else fix the reasoning parser / chat template", evidence)
 
 
-def _check_floors(collected, cfg, baseline, values, expect_logprobs, role):
+def _check_floors(ev: Evidence) -> Finding | None:
+    collected, cfg, values, role = ev.collected, ev.cfg, ev.values, ev.role
     _gate_values(collected, cfg, values)
     floors = absolute_floors(collected, cfg)
     if not floors:
@@ -1170,9 +1005,9 @@ def _check_floors(collected, cfg, baseline, values, expect_logprobs, role):
     mode = {"task": "single", "json": "single", "gate": "gate", "long": "long",
             "thinking": "gate" if "the task gate" in floors[0] else "single"}[_name(floors[0]).split("_")[0]]
     if role == "baseline":
-        return (mode, "baseline_below_floor",
+        return Finding(mode, "baseline_below_floor",
                 f"the baseline itself is below the absolute floors, so nothing known-good exists: {floors[0]}", floors)
-    return mode, _name(floors[0]), f"below the absolute floor: {floors[0]}", floors
+    return Finding(mode, _name(floors[0]), f"below the absolute floor: {floors[0]}", floors)
 
 
 def _gate_values(collected, cfg, values) -> None:
@@ -1184,83 +1019,10 @@ def _gate_values(collected, cfg, values) -> None:
         values["gate_ci95"] = list(wilson(k, len(items)))
 
 
-def _diff_modes(res: dict) -> list[str]:
-    return [m for m in res if m in DIFF_MODES or m.startswith("bench ")]
-
-
-def _asked_differently(collected: dict, baseline: dict, mode: str, pid: str) -> bool:
-    """The trial's request was not the baseline's (the long document is sized to each server's
-    served context, which a --parallel or --ctx-size axis changes): no differential for that
-    reply; the absolute checks and floors still apply."""
-    mine = (collected.get("texts") or {}).get(mode, {}).get(pid)
-    theirs = (baseline.get("texts") or {}).get(mode, {}).get(pid)
-    return mine is not None and theirs is not None and mine != theirs
-
-
-def whole_diffs(collected: dict, baseline: dict, cfg: Probes) -> dict[tuple[str, str], Diff]:
-    """Every reply with a baseline counterpart (single, long, bench modes), judged whole."""
-    res, base_res = collected["results"], baseline["results"]
-    anchored = collected.get("anchored") or {}
-    top_k = cfg.top_logprobs or 5
-    out = {}
-    for mode in _diff_modes(res):
-        for pid, r in res[mode].items():
-            b = base_res.get(mode, {}).get(pid)
-            if b is None or not b.ok or _asked_differently(collected, baseline, mode, pid):
-                continue
-            out[(mode, pid)] = compare_whole(b, r, anchored.get(mode, {}).get(pid, []), top_k=top_k,
-                                             tie_gap=cfg.max_tie_gap, text_min_agreement=cfg.text_min_agreement)
-    return out
-
-
-def _check_differential(collected, cfg, baseline, values, expect_logprobs, role):
-    if baseline is None:
-        return None
-    diffs = whole_diffs(collected, baseline, cfg)
-    collected["_diffs"] = diffs
-    if not diffs:
-        return None
-    whole = [d for d in diffs.values() if d.whole]
-    agree = sum(d.agreement for d in whole) / len(whole) if whole else 1.0
-    cons = sum(d.consistent for d in diffs.values()) / len(diffs)
-    gaps = [d.gap for d in diffs.values() if d.gap is not None]
-    values.update(agreement=round(agree, 3), agreement_over=f"{len(whole)}/{len(diffs)} whole answers", topk_consistency=round(cons, 3),
-                  diverged=f"{sum(d.diverge_at is not None for d in diffs.values())}/{len(diffs)}",
-                  reanchored=sum(d.reanchored for d in diffs.values()))
-    if gaps:
-        values["max_divergence_gap"] = round(max(gaps), 3) if math.isfinite(max(gaps)) else "inf"
-    base_res, res = baseline["results"], collected["results"]
-
-    def show(keys):
-        ev = []
-        for mode, pid in keys[:4]:
-            d = diffs[(mode, pid)]
-            ev += [f"{mode} / {pid}: {d.detail}", f"  baseline: {base_res[mode][pid].text[:100]!r}",
-                   f"  trial:    {res[mode][pid].text[:100]!r}"]
-        return ev
-
-    early = [k for k, d in diffs.items() if d.early_stop]
-    if early:
-        mode, pid = early[0]
-        return mode, "early_stop", f"{mode} / {pid}: {diffs[early[0]].detail}", show(early)
-    bad = [k for k, d in diffs.items() if not d.consistent]
-    if not expect_logprobs:  # NO_LOGPROBS_DIFF: a text divergence is no evidence either way
-        values["text_divergences"] = f"{len(bad)}/{len(diffs)}"
-        return None
-    if bad:
-        mode, pid = bad[0]
-        return (mode, "divergence", f"{len(bad)}/{len(diffs)} replies diverge from the baseline beyond a near-tie "
-                                    f"(token agreement {agree:.2f}); {mode} / {pid}: {diffs[bad[0]].detail}", show(bad))
-    if agree < cfg.min_agreement:
-        low = sorted((k for k in diffs if diffs[k].whole), key=lambda k: diffs[k].agreement)
-        return (low[0][0], "low_agreement", f"whole-answer token agreement {agree:.2f} with the baseline "
-                                            f"(need {cfg.min_agreement}), though each divergence was a near-tie", show(low))
-    return None
-
-
-def _check_tasks(collected, cfg, baseline, values, expect_logprobs, role):
+def _check_tasks(ev: Evidence) -> Finding | None:
     """A task (or needle) the baseline got right and the trial lost fails unless the trial's
     whole answer there stayed a chain of near-ties (then the loss is the tie's, not the engine's)."""
+    collected, cfg, baseline, values, expect_logprobs = ev.collected, ev.cfg, ev.baseline, ev.values, ev.expect_logprobs
     prompts, res = collected["prompts"], collected["results"]
     right, total = task_score(prompts, res.get("single", {}))
     values["task_accuracy"] = f"{right}/{total}"
@@ -1272,7 +1034,7 @@ def _check_tasks(collected, cfg, baseline, values, expect_logprobs, role):
     base_res = baseline["results"]
     bright, _ = task_score(prompts, base_res.get("single", {}))
     values["task_accuracy_baseline"] = f"{bright}/{total}"
-    diffs = collected.get("_diffs") or whole_diffs(collected, baseline, cfg)
+    diffs = ev.diffs
     def excused(mode: str, pid: str) -> bool:  # a near-tie chain shown to the end of the answer
         d = diffs.get((mode, pid))
         return (d is not None and d.consistent and expect_logprobs
@@ -1282,7 +1044,7 @@ def _check_tasks(collected, cfg, baseline, values, expect_logprobs, role):
     lost = [p.id for p in prompts if (p.answer or p.json) and p.id not in cut and _task_right(p, base_res.get("single", {}))
             and not _task_right(p, res.get("single", {})) and not excused("single", p.id)]
     if lost and len(lost) / max(total, 1) > cfg.max_task_drop:
-        return ("single", "task_accuracy", f"tasks right {right}/{total} vs baseline {bright}/{total}; lost {lost} "
+        return Finding("single", "task_accuracy", f"tasks right {right}/{total} vs baseline {bright}/{total}; lost {lost} "
                                            f"by divergences that are not near-ties",
                 [f"{pid}: baseline {base_res['single'][pid].text[:80]!r}, trial {res['single'][pid].text[:80]!r}" for pid in lost])
     if res.get("long") and base_res.get("long") and long_cfg.get("needles"):
@@ -1293,7 +1055,7 @@ def _check_tasks(collected, cfg, baseline, values, expect_logprobs, role):
                 and needle_found(long_cfg, k, base_res["long"][k].text) and not needle_found(long_cfg, k, r.text) and not excused("long", k)]
         if lost:
             k = lost[0]
-            return ("long", "long_context_task", f"the baseline found needle {k!r} in the long document "
+            return Finding("long", "long_context_task", f"the baseline found needle {k!r} in the long document "
                                                  f"({res['long'][k].prompt_tokens} tokens), this trial answered {res['long'][k].text[:80]!r}",
                     [f"baseline: {base_res['long'][k].text[:120]!r}", f"trial: {res['long'][k].text[:120]!r}"])
     return None
@@ -1311,16 +1073,12 @@ def launch_answers(collected: dict, cfg: Probes) -> dict:
     return out
 
 
-def unstable_items(first: dict[str, bool], launches: list[dict[str, bool]]) -> set[str]:
-    """Items some later launch of the baseline answered otherwise (right vs wrong) than ``first``."""
-    return {k for run in launches for k, v in run.items() if k in first and v != first[k]}
-
-
-def _check_gate(collected, cfg, baseline, values, expect_logprobs, role):
+def _check_gate(ev: Evidence) -> Finding | None:
     """The paired exact McNemar test of the task gate against the baseline, over the items both
     answered and that the baseline answered the same way on each of its launches (its relaunches'
     ``launch_answers``, when any were made before this judgement): an item the baseline itself
     gets right on one launch and wrong on another is launch noise, not a reference."""
+    collected, cfg, baseline, values = ev.collected, ev.cfg, ev.baseline, ev.values
     gate, base_gate = collected["results"].get("gate") or {}, (baseline or {}).get("results", {}).get("gate") or {}
     if not gate or not base_gate:
         return None
@@ -1339,15 +1097,16 @@ def _check_gate(collected, cfg, baseline, values, expect_logprobs, role):
     if p < cfg.gate_alpha:
         ev = [f"{q.id}: baseline {base_gate[q.id].text[:60]!r}, trial {gate[q.id].text[:60]!r}"
               for q, bb, tt in zip(items, b, t) if bb and not tt][:6]
-        return ("gate", "task_gate", f"task gate {sum(t)}/{len(items)} {values['gate_ci95']} vs baseline "
+        return Finding("gate", "task_gate", f"task gate {sum(t)}/{len(items)} {values['gate_ci95']} vs baseline "
                                      f"{sum(b)}/{len(items)} {values['gate_ci95_baseline']}: lost {lost}, gained {gained}, "
                                      f"exact McNemar p={p:.2g} < {cfg.gate_alpha}", ev)
     return None
 
 
-def _check_concurrent(collected, cfg, baseline, values, expect_logprobs, role):
+def _check_concurrent(ev: Evidence) -> Finding | None:
     """Concurrent copies vs the same server's single answers: every copy must be identical or
     diverge at a near-tie (no early stop), and keep a task the single answer got right."""
+    collected, cfg, values = ev.collected, ev.cfg, ev.values
     res, prompts = collected["results"], {p.id: p for p in collected["prompts"]}
     top_k = cfg.top_logprobs or 5
     diffs = {}
@@ -1367,24 +1126,14 @@ def _check_concurrent(collected, cfg, baseline, values, expect_logprobs, role):
             why.setdefault(pid, f"the single answer is right, this copy is not: {res['concurrent'][pid].text[:80]!r}")
     bad = [f"{pid}: {w}" for pid, w in why.items()]
     if bad:
-        return ("concurrent", "concurrency_divergence",
+        return Finding("concurrent", "concurrency_divergence",
                 f"{len(bad)} of {len(diffs)} concurrent copies differ from the single answers beyond a near-tie; {bad[0]}", bad[:6])
     return None
 
 
-def _check_lm_eval(collected, cfg, baseline, values, expect_logprobs, role):
-    """lm-eval's documents vs the baseline's (``bakeoff.judge.lmeval.check``), when it ran."""
-    if not collected.get("lm_eval") or cfg.lm_eval is None:
-        return None
-    from bakeoff.judge import lmeval
-
-    base = (baseline or {}).get("lm_eval")
-    runs = [a["lm_eval"] for a in (baseline or {}).get("launch_answers") or [] if a.get("lm_eval")]
-    if base and runs:  # documents the baseline answered otherwise on a relaunch: not a reference
-        base = {**base, "unstable_docs": {task: sorted(unstable_items({d: bool(v[0]) for d, v in got["docs"].items()},
-                                                                      [r.get(task) or {} for r in runs]))
-                                          for task, got in (base.get("tasks") or {}).items()}}
-    return lmeval.check(collected["lm_eval"], base, cfg.lm_eval, values)
+# The judge's checks, in order (``judge``): the first finding decides.
+CHECKS = (_check_detectors, _check_content, _check_floors, differential.check, _check_tasks, _check_gate, _check_concurrent,
+          sampled_path.check, lm_eval_gate.check)
 
 
 def _name(finding: str) -> str:
@@ -1420,6 +1169,8 @@ def results_to_json(collected: dict, bench_levels: list[dict] | None = None) -> 
     }
     if collected.get("lm_eval"):
         out["lm_eval"] = collected["lm_eval"]
+    if collected.get("sampled"):
+        out["sampled"] = {k: asdict(r) for k, r in collected["sampled"].items()}
     if bench_levels is not None:
         out["bench"] = [{**{k: lv.get(k) for k in ("level", "lens", "repeats")},
                          **({"replies": lv["replies"]} if lv.get("replies") else {})} for lv in bench_levels]
@@ -1439,4 +1190,5 @@ def results_from_json(data: dict, prompt_set: str) -> dict:
         "anchored": {m: {p: [(k, Result(**r)) for k, r in conts] for p, conts in items.items()}
                      for m, items in (data.get("anchored") or {}).items()},
         "results": {m: {k: Result(**r) for k, r in items.items()} for m, items in data["results"].items()},
+        "sampled": {k: Result(**r) for k, r in (data.get("sampled") or {}).items()},
     }
