@@ -8,7 +8,9 @@ pair by pair with a healthy margin.
   sampled replies is said in ``checks_not_run``;
 * on the real llama-server (SmolLM2): a healthy change (flash attention) passes, two real sampler
   faults fail — ``--samplers`` without the temperature stage (every request sampled at T = 1:
-  too flat) and ``--top-k 1`` (a server default that makes every sampled request greedy).
+  too flat; in a whole judgement ``not_greedy`` fires first, since llama.cpp's greedy decoding is
+  that stage at temperature 0) and ``--top-k 1`` (a server default that makes every sampled
+  request greedy, invisible to every greedy probe: only this check sees it).
 """
 
 from __future__ import annotations
@@ -177,3 +179,26 @@ def test_real_sampler_faults_fail_and_a_healthy_change_passes(real_llamacpp):
     greedy, gv = judged("--top-k", "1")  # requests send temperature and top_p, not top_k: the server's default applies
     assert greedy is not None and greedy.detector == "sampled_path" and gv["sampled_shift"] > 0, gv
     assert gv["sampled_top_share"] == 1.0 and gv["sampled_top_share_baseline"] < 0.9
+
+
+def test_run_probes_draws_the_sampled_replies_or_says_why_not(real_llamacpp, tmp_path):
+    """The collection path itself (``probes.run_probes(sampled=True)``) on the real server: with
+    logprobs it draws prompt x seed replies and judges them; an engine said to give no logprobs
+    lists the check in ``checks_not_run`` and draws nothing."""
+    one = tmp_path / "one.toml"
+    one.write_text("[[prompt]]\nid = \"capital\"\ntext = \"What is the capital of France?\"\n")
+    cfg = spec.Probes(set=str(one), gate_items=0, concurrency=0, load_probe=False, sampled_seeds=3, max_tokens=16)
+    proc, url = _serve(real_llamacpp)
+    try:
+        got = probes.run_probes(url, cfg, sampled=True)
+        blind = probes.run_probes(url, cfg, sampled=True, expect_logprobs=False)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert sorted(got["sampled"]) == ["capital@1", "capital@2", "capital@3"]
+    assert all(r.ok and r.tokens and r.tokens[0].get("top_logprobs") for r in got["sampled"].values())
+    out = probes.judge(got, cfg, got)
+    assert out.passed and out.values["sampled_shift"] == 0.0 and out.values["sampled_pairs"] == 3
+    assert "sampled" not in blind
+    judged = probes.judge(blind, cfg, None, expect_logprobs=False, role="baseline")
+    assert sampled_path.NO_LOGPROBS in judged.checks_not_run
