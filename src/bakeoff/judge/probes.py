@@ -70,7 +70,8 @@ from bakeoff.judge.checks.differential import _spread, _toks, compare_whole  # n
 from bakeoff.judge.checks.floors import absolute_floors  # noqa: F401,E402
 from bakeoff.judge.checks.gate import launch_answers  # noqa: F401,E402
 from bakeoff.judge.probeset import (  # noqa: F401,E402
-    ProbeSetError, _task_right, check_long, check_prompt, needle_found, scored_tasks, task_score, unanswered)
+    ProbeSetError, check_long, check_prompt, needle_found, scored_tasks, task_score, unanswered)
+from bakeoff.judge.probeset import task_right as _task_right  # noqa: F401,E402 - the old name
 from bakeoff.judge.stats import mcnemar_worse, unstable_items, wilson  # noqa: F401,E402
 
 # -- the outcome --------------------------------------------------------------------------

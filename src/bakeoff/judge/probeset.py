@@ -205,7 +205,7 @@ def task_score(prompts: list[Prompt], results: dict[str, Result]) -> tuple[int, 
     """(right, total) over the prompts that are tasks (a checkable answer or a JSON reply) and
     were answered: a reply cut by ``max_tokens`` while still thinking is not scored (``unanswered``)."""
     tasks = scored_tasks(prompts, results)
-    return sum(_task_right(p, results) for p in tasks), len(tasks)
+    return sum(task_right(p, results) for p in tasks), len(tasks)
 
 
 def scored_tasks(prompts: list[Prompt], results: dict[str, Result]) -> list[Prompt]:
@@ -257,7 +257,7 @@ def unanswered(results: dict[str, Result]) -> set[str]:
     return {k for k, r in results.items() if r.cut_while_thinking}
 
 
-def _task_right(p: Prompt, results: dict[str, Result]) -> bool:
+def task_right(p: Prompt, results: dict[str, Result]) -> bool:
     text = results[p.id].text if p.id in results else ""
     if p.json:
         return _is_json_object(text)

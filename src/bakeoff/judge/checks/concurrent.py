@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from bakeoff.judge.checks import Evidence, Finding
 from bakeoff.judge.checks.differential import compare
-from bakeoff.judge.probeset import _task_right
+from bakeoff.judge.probeset import task_right
 
 
 def check(ev: Evidence) -> Finding | None:
@@ -25,8 +25,8 @@ def check(ev: Evidence) -> Finding | None:
     why = {pid: d.detail for pid, d in diffs.items() if not d.consistent}
     for pid in diffs:
         p = prompts.get(pid.split("#")[0])
-        if (p and (p.answer or p.json) and not res["concurrent"][pid].cut_while_thinking and _task_right(p, res["single"])
-                and not _task_right(p, {p.id: res["concurrent"][pid]})):
+        if (p and (p.answer or p.json) and not res["concurrent"][pid].cut_while_thinking and task_right(p, res["single"])
+                and not task_right(p, {p.id: res["concurrent"][pid]})):
             why.setdefault(pid, f"the single answer is right, this copy is not: {res['concurrent'][pid].text[:80]!r}")
     bad = [f"{pid}: {w}" for pid, w in why.items()]
     if bad:

@@ -5,7 +5,7 @@ needles). The baseline below them is ``baseline_below_floor``: nothing known-goo
 from __future__ import annotations
 
 from bakeoff.judge.checks import Evidence, Finding
-from bakeoff.judge.probeset import Prompt, _task_right, gate_items, needle_found, scored_tasks, task_score, unanswered
+from bakeoff.judge.probeset import Prompt, gate_items, needle_found, scored_tasks, task_right, task_score, unanswered
 from bakeoff.judge.stats import wilson
 from bakeoff.spec import Probes
 
@@ -31,15 +31,15 @@ def absolute_floors(collected: dict, cfg: Probes) -> list[str]:
         found.append(f"thinking_cut: the probe set: all {len(asked)} checkable tasks were cut by max_tokens while thinking "
                      f"(no answer to judge); raise server.thinking_tokens")
     if total and right / total < cfg.min_task_accuracy:
-        missed = [p.id for p in scored_tasks(prompts, single) if not _task_right(p, single)]
+        missed = [p.id for p in scored_tasks(prompts, single) if not task_right(p, single)]
         found.append(f"task_floor: {right}/{total} checkable tasks right (floor {cfg.min_task_accuracy:.0%}); missed {missed}")
     for p in scored_tasks(prompts, single):  # a JSON object (or a thought) cut at max_tokens is no evidence either way
-        if p.json and p.id in single and not _task_right(p, single):
+        if p.json and p.id in single and not task_right(p, single):
             found.append(f"json_floor: prompt {p.id} asked for a JSON object, got {res['single'][p.id].text[:80]!r}")
     gate = res.get("gate") or {}
     if gate:
         items = [p for p in gate_items(cfg.gate_items, cfg.gate_seed) if p.id not in unanswered(gate)]
-        k = sum(_task_right(p, gate) for p in items)
+        k = sum(task_right(p, gate) for p in items)
         lo, hi = wilson(k, len(items))
         if not items:
             found.append(f"thinking_cut: the task gate: all {len(gate)} items were cut by max_tokens while thinking "
@@ -76,6 +76,6 @@ def _gate_values(collected, cfg, values) -> None:
     gate = collected["results"].get("gate") or {}
     if gate:
         items = [p for p in gate_items(cfg.gate_items, cfg.gate_seed) if p.id not in unanswered(gate)]
-        k = sum(_task_right(p, gate) for p in items)
+        k = sum(task_right(p, gate) for p in items)
         values["gate_accuracy"] = f"{k}/{len(items)}"
         values["gate_ci95"] = list(wilson(k, len(items)))

@@ -5,7 +5,7 @@ baseline, over the items the baseline answered alike on each of its launches (it
 from __future__ import annotations
 
 from bakeoff.judge.checks import Evidence, Finding
-from bakeoff.judge.probeset import _task_right, gate_items, unanswered
+from bakeoff.judge.probeset import gate_items, task_right, unanswered
 from bakeoff.judge.stats import mcnemar_worse, unstable_items, wilson
 from bakeoff.spec import Probes
 
@@ -15,7 +15,7 @@ def launch_answers(collected: dict, cfg: Probes) -> dict:
     document. The baseline's relaunches store it, so that the paired tests use only what the
     baseline answers the same way on every launch (``stable_only``)."""
     gate = collected["results"].get("gate") or {}
-    out: dict = {"gate": {p.id: _task_right(p, gate) for p in gate_items(cfg.gate_items, cfg.gate_seed)
+    out: dict = {"gate": {p.id: task_right(p, gate) for p in gate_items(cfg.gate_items, cfg.gate_seed)
                           if p.id in gate and p.id not in unanswered(gate)}}
     if collected.get("lm_eval"):
         out["lm_eval"] = {task: {d: bool(v[0]) for d, v in got["docs"].items()} for task, got in collected["lm_eval"]["tasks"].items()}
@@ -35,11 +35,11 @@ def check(ev: Evidence) -> Finding | None:
     items = [p for p in gate_items(cfg.gate_items, cfg.gate_seed) if p.id in gate and p.id in base_gate and p.id not in cut]
     runs = [a.get("gate") or {} for a in (baseline or {}).get("launch_answers") or []]
     if runs:
-        shaky = unstable_items({p.id: _task_right(p, base_gate) for p in items}, runs)
+        shaky = unstable_items({p.id: task_right(p, base_gate) for p in items}, runs)
         items = [p for p in items if p.id not in shaky]
         values.update(gate_baseline_launches=1 + len(runs), gate_unstable_on_baseline=len(shaky))
-    b = [_task_right(p, base_gate) for p in items]
-    t = [_task_right(p, gate) for p in items]
+    b = [task_right(p, base_gate) for p in items]
+    t = [task_right(p, gate) for p in items]
     lost, gained, p = mcnemar_worse(b, t)
     values.update(gate_accuracy_baseline=f"{sum(b)}/{len(items)}", gate_ci95_baseline=list(wilson(sum(b), len(items))),
                   gate_lost=lost, gate_gained=gained, gate_p=round(p, 4))

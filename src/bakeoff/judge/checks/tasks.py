@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from bakeoff.judge.checks import Evidence, Finding
 from bakeoff.judge.checks.differential import _toks
-from bakeoff.judge.probeset import _task_right, needle_found, task_score, unanswered
+from bakeoff.judge.probeset import needle_found, task_right, task_score, unanswered
 
 
 def check(ev: Evidence) -> Finding | None:
@@ -30,8 +30,8 @@ def check(ev: Evidence) -> Finding | None:
                 and (d.reanchored > 0 or d.diverge_at is None or d.diverge_at >= len(_toks(base_res[mode][pid])) - 1))
 
     cut = unanswered(res.get("single", {})) | unanswered(base_res.get("single", {}))
-    lost = [p.id for p in prompts if (p.answer or p.json) and p.id not in cut and _task_right(p, base_res.get("single", {}))
-            and not _task_right(p, res.get("single", {})) and not excused("single", p.id)]
+    lost = [p.id for p in prompts if (p.answer or p.json) and p.id not in cut and task_right(p, base_res.get("single", {}))
+            and not task_right(p, res.get("single", {})) and not excused("single", p.id)]
     if lost and len(lost) / max(total, 1) > cfg.max_task_drop:
         return Finding("single", "task_accuracy", f"tasks right {right}/{total} vs baseline {bright}/{total}; lost {lost} "
                                            f"by divergences that are not near-ties",
