@@ -23,7 +23,7 @@ import time
 
 from bakeoff.store import TrialRecord
 
-STATISTICAL = ("task_gate", "lm_eval_task")  # paired significance tests: a launch's own noise can fail them
+STATISTICAL = ("task_gate", "lm_eval_task", "sampled_path")  # significance tests: a launch's own noise can fail them
 CORRECT = ("ok", "slow")
 
 
