@@ -398,7 +398,7 @@ class Probes(_Strict):
     sampled_top_p: float = Field(default=0.95, gt=0, le=1)
     sampled_margin: float = Field(default=0.05, ge=0, description="nats: the shift of the chosen tokens' mean logprob vs "
                                   "the baseline beyond which a shift shown by the 99 % interval fails (measured: healthy "
-                                  "|shift| <= 0.05, faults 0.27-0.49; docs/notes/judge-thresholds.md)")
+                                  "|shift| <= 0.07, faults 0.27-0.55; docs/notes/judge-thresholds.md)")
 
     @field_validator("gate_items")
     @classmethod

@@ -46,7 +46,7 @@ q8_0 + flash attention; threads and batch sizes not finished in time):
   * ``GREEDY_SLACK`` 0.05 nats: every healthy greedy choice was its own top entry.
   * floors: tasks 60 % (SmolLM2: 100 %), gate 15 % (SmolLM2: 46–49 %), needles 1 (SmolLM2: 1–3 of 4).
   * ``sampled_margin`` 0.05 nats (``judge.checks.sampled``): healthy shifts of the chosen tokens'
-    mean logprob at temperature 0.7 within ±0.05, sampler faults 0.27–0.49.
+    mean logprob at temperature 0.7 within ±0.07, sampler faults 0.27–0.55.
 """
 
 from __future__ import annotations
