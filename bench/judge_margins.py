@@ -1,6 +1,7 @@
 """Measure the judge's healthy variation on the real engine: the baseline against itself
 (A/A, relaunched) and healthy changes (flash attention, threads, batch sizes, KV cache q8_0 with
-flash attention, a pass-through proxy), each judged against the baseline's collected answers.
+flash attention, a pass-through proxy), each judged against the baseline's collected answers,
+the sampled path included (``probes.sampled`` on).
 
     PYTHONPATH=src python bench/judge_margins.py OUT.json [--rounds N] [--only A/A,proxy,...]
 
@@ -80,7 +81,7 @@ def serve_and_collect(extra: list[str], baseline: dict | None, proxy: bool = Fal
             procs.append(subprocess.Popen([sys.executable, str(Path(__file__).parent / "passthrough_proxy.py"), str(pport), url]))
             url = f"http://127.0.0.1:{pport}"
             time.sleep(2)
-        collected = probes.run_probes(url, CFG, bench=BENCH, baseline=baseline, timeout_s=600)
+        collected = probes.run_probes(url, CFG, bench=BENCH, baseline=baseline, timeout_s=600, sampled=True)
         levels = asyncio.run(benchmod.run_async(url, BENCH, timeout_s=600))
         return collected, [lv.to_json() for lv in levels]
     finally:
@@ -106,7 +107,19 @@ def margins(collected: dict, base: dict, levels: list[dict], base_levels: list[d
         "lowest": sorted((round(d.agreement, 3), f"{m}/{p}: {d.detail}"[:200]) for (m, p), d in diffs.items())[:3],
         "reanchored": sum(d.reanchored for d in diffs.values()),
         "min_bench_len_ratio": min(ratios, default=1.0),
+        # the sampled path (judge.checks.sampled): the paired shift of the chosen tokens' mean logprob
+        "sampled_shift": _sampled(collected, base),
     }
+
+
+def _sampled(collected: dict, base: dict) -> list | None:
+    """[mean d, its standard error, pairs] of the sampled replies against the baseline's."""
+    from bakeoff.judge.checks import sampled
+
+    if not collected.get("sampled") or not base.get("sampled"):
+        return None
+    mean, se, n, _ = sampled.paired_shift(base["sampled"], collected["sampled"])
+    return [round(mean, 4), round(se, 4), n]
 
 
 def main() -> None:

@@ -141,3 +141,16 @@ def test_a_trial_run_while_the_baseline_failed_is_rejudged_once_it_passes(tmp_pa
     assert [i for i, _ in ex2.launches] == [0, 1] and ex2.launches[1][1] is not None  # run again, with the baseline's answers
     assert base.verdict == "ok" and t.verdict == "ok" and not t.metrics.get("without_baseline") and not t.metrics.get("unverified")
     assert not any(c.startswith("NOT COMPARED") for c in d.cautions)
+
+
+def test_a_sampled_path_failure_is_confirmed_on_a_relaunch_like_the_gates(tmp_path):
+    """The sampled path is a significance test too (judge.checks.sampled): one launch's noise may
+    fail it, a real sampler fault fails on every launch."""
+    sampled = dict(verdict="wrong", cause="sampled_path", detail="wrong in sampled mode (sampled_path): moved -0.3 nats",
+                   evidence=["capital@1: d = -0.41 nats"])
+    sw, ex, store = _sweep(tmp_path, {False: [dict(verdict="ok")], True: [sampled, sampled]})
+    _loop(sw)
+    with store:
+        _, t = store.current()
+    assert (t.verdict, t.cause, len(ex.launches)) == ("wrong", "sampled_path", 3)
+    assert "confirmed on a relaunch" in t.detail

@@ -390,6 +390,15 @@ class Probes(_Strict):
     concurrency: int = Field(default=4, ge=0, description="concurrent copies of the probe set; 0 disables")
     load_probe: bool = Field(default=True, description="also probe at the benchmark's largest concurrency and prompt length")
     lm_eval: LmEval | None = Field(default=None, description="an lm-evaluation-harness gate (absent: off)")
+    # the sampled path (bakeoff.judge.checks.sampled): replies at temperature > 0 vs the baseline's
+    sampled: Literal["auto", "on", "off"] = Field(default="auto", description="sampled-path check: auto = when an axis "
+                                                  "may change sampling (a sampler flag or variable of the engine)")
+    sampled_seeds: int = Field(default=6, ge=2, le=64, description="sampled replies per prompt of the set (seeds 1..N)")
+    sampled_temperature: float = Field(default=0.7, gt=0, le=2)
+    sampled_top_p: float = Field(default=0.95, gt=0, le=1)
+    sampled_margin: float = Field(default=0.05, ge=0, description="nats: the shift of the chosen tokens' mean logprob vs "
+                                  "the baseline beyond which a shift shown by the 99 % interval fails (measured: healthy "
+                                  "|shift| <= 0.07, faults 0.27-0.55; docs/notes/judge-thresholds.md)")
 
     @field_validator("gate_items")
     @classmethod

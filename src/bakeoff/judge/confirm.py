@@ -10,7 +10,7 @@ to the next, so that variation reads as a configuration effect. Two answers:
 
 * the baseline's own relaunches (``relaunch.remeasure``) store what they answered right
   (``probes.launch_answers``); an item the baseline answered differently on two of its launches
-  is no evidence either way and leaves the paired tests (``probes._check_gate``, ``lmeval.check``);
+  is no evidence either way and leaves the paired tests (``judge.checks.gate``, ``judge.checks.lm_eval``);
 * a trial that failed *only* a statistical gate (``STATISTICAL``: every check before it passed)
   is launched once more (``pipeline``): failing again, by any check, is ``wrong`` with both
   launches' evidence; passing is ``unstable`` — said in every output, never ranked or
@@ -23,7 +23,7 @@ import time
 
 from bakeoff.store import CORRECT, TrialRecord
 
-STATISTICAL = ("task_gate", "lm_eval_task")  # paired significance tests: a launch's own noise can fail them
+STATISTICAL = ("task_gate", "lm_eval_task", "sampled_path")  # significance tests: a launch's own noise can fail them
 
 
 def needs_confirming(rec: TrialRecord) -> bool:

@@ -34,6 +34,7 @@ from bakeoff.measure import client
 from bakeoff.run.hosts.local import TAG_ENV
 from bakeoff.redact import redact_text
 from bakeoff.spec import LmEval
+from bakeoff.judge.stats import mcnemar_worse, wilson
 
 ENV_COMMAND = "BAKEOFF_LM_EVAL"  # a command line for lm_eval (split as a shell would), when the spec names none
 VERSION = "0.4.13"               # what scripts/setup_lmeval.sh installs (and the tests run)
@@ -200,10 +201,8 @@ def check(mine: dict, base: dict | None, cfg: LmEval, values: dict):
     into ``values["lm_eval"]``; a trial worse than the baseline by the exact one-sided McNemar
     test over every task's documents (p < ``alpha``) fails as ``lm_eval_task``, with the lost
     documents as evidence. Documents the baseline answered otherwise on one of its relaunches
-    (``base["unstable_docs"]``, from ``probes._check_lm_eval``) are launch noise, not a
+    (``base["unstable_docs"]``, from ``bakeoff.judge.checks.lm_eval``) are launch noise, not a
     reference: left out of the pairs. Returns (mode, detector, detail, evidence) or None."""
-    from bakeoff.judge.probes import mcnemar_worse, wilson
-
     report: dict = {"metric": mine.get("metric"), "tasks": {}}
     values["lm_eval"] = report
     pairs, lines = [], []

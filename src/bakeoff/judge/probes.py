@@ -1,5 +1,8 @@
-"""Correctness probes: absolute detectors, absolute floors, the differential comparison against
-the baseline over the whole answer, and a task gate with statistics.
+"""Correctness probes: collecting the replies in every mode (and the teacher-forced
+continuations after near-ties), then ``judge``: the checks of ``bakeoff.judge.checks`` (one
+module per correctness notion — detectors, content, floors, differential, tasks, gate,
+concurrent, sampled, lm_eval — behind the ``Check`` contract) run in order on one ``Evidence``.
+The probe set itself (prompts, gate items, answer scoring) is ``bakeoff.judge.probeset``.
 
 The probe set runs in several modes, because garbage often appears only under one of them:
 ``single`` (one request at a time), ``long`` (one request per needle in a document that fills
@@ -42,483 +45,36 @@ q8_0 + flash attention; threads and batch sizes not finished in time):
     (``bakeoff.judge.confirm``) before it is called wrong.
   * ``GREEDY_SLACK`` 0.05 nats: every healthy greedy choice was its own top entry.
   * floors: tasks 60 % (SmolLM2: 100 %), gate 15 % (SmolLM2: 46–49 %), needles 1 (SmolLM2: 1–3 of 4).
+  * ``sampled_margin`` 0.05 nats (``judge.checks.sampled``): healthy shifts of the chosen tokens'
+    mean logprob at temperature 0.7 within ±0.07, sampler faults 0.27–0.55.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import math
-import random
-import re
-import tomllib
-import unicodedata
 from dataclasses import asdict, dataclass, field
-from importlib import resources
-from pathlib import Path
 
 from bakeoff import progress
+from bakeoff.judge.checks import Evidence
+from bakeoff.judge.checks import concurrent, content, detectors, differential, floors, gate, tasks
+from bakeoff.judge.checks import lm_eval as lm_eval_gate
+from bakeoff.judge.checks import sampled as sampled_path
+from bakeoff.judge.checks.detectors import _name, detect
+from bakeoff.judge.checks.differential import DIFF_MODES, Diff, _tail, compare, whole_diffs
+from bakeoff.judge.probeset import Prompt, gate_items, load_prompt_set, messages
 from bakeoff.measure.client import THINKING_FIELDS, Result, chat_body, new_session, stream_request, tokenize
 from bakeoff.spec import Bench, Probes
 
-# -- the prompt set ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Prompt:
-    """One probe. ``text`` is the last user message; ``system`` and ``turns`` (earlier user and
-    assistant messages, alternating, the user first) make it a multi-turn chat with a system
-    prompt — where some faults show only (vLLM #38652: an FP8 KV cache garbled exactly those)."""
-
-    id: str
-    text: str
-    answer: str | None = None
-    json: bool = False
-    system: str | None = None
-    turns: tuple[str, ...] = ()
-
-    @property
-    def chat(self) -> bool:
-        return bool(self.system or self.turns)
-
-
-def messages(p: Prompt, text: str | None = None) -> list[dict]:
-    """The chat messages of ``p``: its system prompt, its earlier turns, then ``text`` (its own
-    text by default; the benchmark-shaped mode puts padding before it) as the last user message."""
-    out = [{"role": "system", "content": p.system}] if p.system else []
-    out += [{"role": ("user", "assistant")[i % 2], "content": t} for i, t in enumerate(p.turns)]
-    return [*out, {"role": "user", "content": p.text if text is None else text}]
-
-
-class ProbeSetError(ValueError):
-    """A probe set that cannot be used: missing file, unknown ids in ``only``, no prompts."""
-
-
-def load_prompt_set(name: str, _seen: tuple[str, ...] = ()) -> tuple[list[Prompt], dict]:
-    """A built-in set by name, or a TOML file. A set may ``include`` another and keep ``only``
-    some of its prompt ids; its own ``[[prompt]]`` entries and ``[long]`` are added on top.
-    Raises ProbeSetError for a missing file, an include cycle, unknown ``only`` ids, a set
-    without prompts, a prompt whose ``answer`` is not a regex, or a ``[long]`` table that the
-    long probe could not use (``check_long``)."""
-    if name in _seen:
-        raise ProbeSetError(f"probe set {name!r}: `include` cycle ({' -> '.join([*_seen, name])})")
-    if name.endswith(".toml"):
-        path = Path(name)
-        if not path.is_file():
-            raise ProbeSetError(f"probe set file {name!r} does not exist")
-        text = path.read_text()
-    else:
-        res = resources.files("bakeoff.data.probes").joinpath(f"{name}.toml")
-        if not res.is_file():
-            known = sorted(p.name[:-5] for p in resources.files("bakeoff.data.probes").iterdir() if p.name.endswith(".toml"))
-            raise ProbeSetError(f"no built-in probe set {name!r} (known: {', '.join(known)}; or a path ending in .toml)")
-        text = res.read_text()
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise ProbeSetError(f"probe set {name!r} is not valid TOML: {err}") from None
-    prompts: list[Prompt] = []
-    long_cfg: dict = {}
-    if "include" in data:
-        if not isinstance(data["include"], str):
-            raise ProbeSetError(f"probe set {name!r}: `include` must be one set name or .toml path, got {data['include']!r}")
-        prompts, long_cfg = load_prompt_set(data["include"], (*_seen, name))
-        if "only" in data:
-            unknown = [i for i in data["only"] if i not in {p.id for p in prompts}]
-            if unknown:
-                raise ProbeSetError(f"probe set {name!r}: `only` names unknown prompt ids {unknown} "
-                                    f"(known in {data['include']!r}: {', '.join(p.id for p in prompts)})")
-            prompts = [p for p in prompts if p.id in data["only"]]
-    elif "only" in data:
-        raise ProbeSetError(f"probe set {name!r}: `only` needs `include` (the set it picks from)")
-    try:
-        prompts = prompts + [Prompt(**{**p, "turns": tuple(p.get("turns", ()))}) for p in data.get("prompt", [])]
-    except TypeError as err:
-        raise ProbeSetError(f"probe set {name!r}: a [[prompt]] entry is malformed: {err}") from None
-    for p in prompts:
-        if len(p.turns) % 2 or not all(isinstance(t, str) and t for t in p.turns):
-            raise ProbeSetError(f"probe set {name!r}: prompt {p.id!r}: `turns` must be pairs of non-empty strings "
-                                f"(user, assistant, ...) before `text`; got {len(p.turns)} entries")
-    if not prompts:
-        raise ProbeSetError(f"probe set {name!r} resolves to no prompts")
-    for p in prompts:
-        check_prompt(name, p)
-    long_cfg = data.get("long", long_cfg)
-    check_long(name, long_cfg)
-    return prompts, _long_config(long_cfg)
-
-
-def check_prompt(name: str, p: Prompt) -> None:
-    """A prompt the judge can use: string ``id`` and ``text``, ``answer`` a regex that compiles."""
-    where = f"probe set {name!r}: prompt {p.id!r}"
-    if not isinstance(p.id, str) or not isinstance(p.text, str) or not p.text:
-        raise ProbeSetError(f"{where}: `id` and `text` must be non-empty strings")
-    if not isinstance(p.json, bool):
-        raise ProbeSetError(f"{where}: `json` must be true or false, got {p.json!r}")
-    if p.answer is None:
-        return
-    if not isinstance(p.answer, str):
-        raise ProbeSetError(f"{where}: `answer` must be a regex string, e.g. answer = '{p.answer}', got {p.answer!r}")
-    try:
-        re.compile(p.answer, re.IGNORECASE)
-    except re.error as err:
-        raise ProbeSetError(f"{where}: `answer` {p.answer!r} is not a valid regex ({err})") from None
-
-
-LONG_STRINGS = ("filler", "intro", "needle", "question", "fact", "answer")
-
-
-def check_long(name: str, long_cfg: object) -> None:
-    """A ``[long]`` table the long probe can use: ``filler``, ``needle`` and ``question`` strings
-    and ``needles`` (each with a string ``key`` and ``word``, ``depth`` in [0, 1]; the templates'
-    ``{key}``/``{word}`` fields only), or the old one-fact form (``filler``, ``fact``, ``question``)."""
-    where = f"probe set {name!r}: [long]"
-    if not long_cfg:
-        return
-    if not isinstance(long_cfg, dict):
-        raise ProbeSetError(f"{where} must be a table")
-    needles = "needles" in long_cfg
-    need = ("filler", "needle", "question") if needles else ("filler", "fact", "question")
-    missing = [k for k in need if not long_cfg.get(k)]
-    if missing:
-        raise ProbeSetError(f"{where} lacks {', '.join(repr(k) for k in missing)}; it needs {', '.join(need)}"
-                            + (", needles" if needles else " (or needle, question and needles = [{key, word, depth}])"))
-    for k in LONG_STRINGS:
-        if k in long_cfg and not isinstance(long_cfg[k], str):
-            raise ProbeSetError(f"{where}: {k} must be a string, got {long_cfg[k]!r}")
-    if not needles:
-        try:
-            re.compile(long_cfg.get("answer", ""))
-        except re.error as err:
-            raise ProbeSetError(f"{where}: answer {long_cfg['answer']!r} is not a valid regex ({err})") from None
-        return
-    if not isinstance(long_cfg["needles"], list) or not long_cfg["needles"]:
-        raise ProbeSetError(f"{where}: needles must be a non-empty list of {{ key, word, depth }}")
-    keys = set()
-    for i, n in enumerate(long_cfg["needles"]):
-        if not isinstance(n, dict) or not all(isinstance(n.get(f), str) and n.get(f) for f in ("key", "word")):
-            raise ProbeSetError(f"{where}: needles[{i}] needs a string `key` and `word`, got {n!r}")
-        depth = n.get("depth", 0.5)
-        if isinstance(depth, bool) or not isinstance(depth, (int, float)) or not 0 <= depth <= 1:
-            raise ProbeSetError(f"{where}: needles[{i}].depth must be a number in [0, 1], got {depth!r}")
-        if n["key"] in keys:
-            raise ProbeSetError(f"{where}: needles[{i}]: key {n['key']!r} is listed twice")
-        keys.add(n["key"])
-        if long_cfg.get("regex"):
-            try:
-                re.compile(n["word"])
-            except re.error as err:
-                raise ProbeSetError(f"{where}: needles[{i}].word {n['word']!r} is not a valid regex ({err})") from None
-        for k in ("intro", "needle", "question"):
-            try:
-                str(long_cfg.get(k, "")).format(**n)
-            except (KeyError, IndexError, ValueError) as err:
-                raise ProbeSetError(f"{where}: {k} {long_cfg.get(k)!r} cannot be filled from needles[{i}] "
-                                    f"(fields: {{key}}, {{word}}; {err!r})") from None
-
-
-def _long_config(long_cfg: dict) -> dict:
-    """The long probe's needles; the old one-fact form (fact/question/answer) is one needle."""
-    if not long_cfg or "needles" in long_cfg:
-        return long_cfg
-    return {"filler": long_cfg["filler"], "intro": "", "needle": long_cfg["fact"].replace("{", "{{").replace("}", "}}"),
-            "question": long_cfg["question"].replace("{", "{{").replace("}", "}}"),
-            "needles": [{"key": "fact", "word": long_cfg.get("answer", ""), "depth": 0.5}], "regex": True}
-
-
-# -- the task gate: generated items with checkable answers ------------------------------------
-
-_ANIMALS = "cat dog horse cow sheep lion tiger bear wolf fox owl crow".split()
-_DOORS = ["front", "back", "garage", "cellar", "garden", "kitchen"]
-
-
-def gate_items(n: int, seed: int = 0) -> list[Prompt]:
-    """``n`` deterministic items, half two-number additions, half retrieval with a distractor
-    (two passwords, one asked for). SmolLM2-135M solves about a third of each (measured: 13/40
-    additions, 6/16 retrievals), so the gate has room to fall and to rise."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        if i % 2 == 0:
-            a, b = rng.randint(2, 30), rng.randint(2, 30)
-            out.append(Prompt(f"gate:add{i}", f"What is {a} + {b}? Answer with just the number.", rf"(?<!\d){a + b}(?!\d)"))
-        else:
-            x, y = (f"{rng.choice(_ANIMALS)}{rng.randint(10, 99)}" for _ in range(2))
-            d1, d2 = rng.sample(_DOORS, 2)
-            out.append(Prompt(f"gate:pw{i}", f"The password for the {d1} door is {x}. The password for the {d2} door is {y}. "
-                                             f"What is the password for the {d1} door?", re.escape(x)))
-    return out
-
-
-def wilson(k: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
-    """The Wilson score interval of k successes in n."""
-    if n == 0:
-        return (0.0, 1.0)
-    from scipy.stats import binomtest
-
-    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
-    return (round(float(ci.low), 3), round(float(ci.high), 3))
-
-
-def mcnemar_worse(base_right: list[bool], trial_right: list[bool]) -> tuple[int, int, float]:
-    """Paired items: (lost, gained, one-sided exact McNemar p that the trial is worse)."""
-    from scipy.stats import binomtest
-
-    lost = sum(b and not t for b, t in zip(base_right, trial_right))
-    gained = sum(t and not b for b, t in zip(base_right, trial_right))
-    p = binomtest(lost, lost + gained, 0.5, alternative="greater").pvalue if lost + gained else 1.0
-    return lost, gained, float(p)
-
-
-# -- absolute detectors -----------------------------------------------------------------
-
-
-def detect(res: Result, *, expect_logprobs: bool = True, ignore_eos: bool = False) -> list[str]:
-    """Cheap absolute checks on one response; each finding is 'detector: evidence'.
-    ``ignore_eos``: the request forbade ending, so an end-of-generation token that the server
-    lists as likelier than the chosen one was suppressed on purpose, not mis-sampled."""
-    if res.error:
-        return [f"request_error: {res.error}"]
-    found = []
-    text = res.text
-    if expect_logprobs and res.logprobs_requested:
-        bad = [t for t in res.tokens if not _finite(t.get("logprob"))]
-        if bad:
-            # llama.cpp sends NaN/inf logits as "logprob": null
-            shown = "null" if bad[0].get("logprob") is None else repr(bad[0].get("logprob"))
-            found.append(f"nonfinite_logprobs: {len(bad)}/{len(res.tokens)} tokens have logprob {shown} "
-                         f"(first at token {res.tokens.index(bad[0])}, {bad[0].get('token')!r})")
-        if not res.tokens and text:
-            found.append("missing_logprobs: logprobs requested, none returned")
-        if not bad and (skip := _not_greedy(res, ignore_eos=ignore_eos)):
-            found.append(skip)
-    if not text.strip():
-        found.append("empty: the reply has no text")
-    written = res.generated  # garbage in the thinking is garbage too
-    if written:
-        repl = written.count("\ufffd")
-        ctrl = sum(1 for ch in written if unicodedata.category(ch) == "Cc" and ch not in "\n\r\t")
-        if repl + ctrl >= max(3, len(written) // 20):
-            found.append(f"bad_characters: {repl} replacement and {ctrl} control characters in {len(written)}")
-    toks = [t.get("token") for t in res.tokens] if res.tokens else written.split()
-    if len(toks) >= 8 and len(set(toks)) == 1:
-        found.append(f"all_same_token: {len(toks)} x {toks[0]!r}")
-    elif (rep := repetition(toks)) is not None:
-        found.append(f"degenerate_repetition: {rep}")
-    return found
-
-
-GREEDY_SLACK = 0.05  # nats; the chosen token's own logprob may sit this far below its best alternative
-
-
-_END_TOKEN = re.compile(r"^\s*$|^<[|/]?[\w.\-|]*[|]?>$")  # '' (an EOG token's text) or a special like <|im_end|>, </s>
-
-
-def _not_greedy(res: Result, *, ignore_eos: bool = False) -> str | None:
-    """Every request bakeoff judges is greedy (temperature 0): each chosen token must be the top
-    of the server's own reported distribution. A token chosen below its best alternative means
-    something between the model and the sampler changed the choice (a logit bias, a broken
-    sampler, an EOS forced early): ``early_stop`` when that token ended the reply, else ``not_greedy``."""
-    for i, t in enumerate(res.tokens):
-        cands = [x for x in (t.get("top_logprobs") or []) if _finite(x.get("logprob"))
-                 and not (ignore_eos and _END_TOKEN.match(x.get("token") or ""))]
-        lp = t.get("logprob")
-        if not cands or not _finite(lp) or lp >= max(x["logprob"] for x in cands) - GREEDY_SLACK:
-            continue
-        best = max(cands, key=lambda x: x["logprob"])
-        gap = best["logprob"] - lp
-        if i == len(res.tokens) - 1 and res.finish_reason == "stop" and not (t.get("token") or "").strip():
-            return (f"early_stop: the reply ended at token {i} with EOS (logprob {lp:.2f}) though the model's own top choice "
-                    f"there was {best.get('token')!r} ({best['logprob']:.2f}, {gap:.2f} nats more likely)")
-        return (f"not_greedy: token {i} {t.get('token')!r} (logprob {lp:.2f}) was chosen over {best.get('token')!r} "
-                f"({best['logprob']:.2f}) in a greedy request")
-    return None
-
-
-def _finite(x) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)
-
-
-def repetition(toks: list, min_len: int = 24) -> str | None:
-    """A short period (≤4 tokens) repeating over the last 75% of a long enough reply."""
-    if len(toks) < min_len:
-        return None
-    tail = toks[len(toks) // 4:]
-    for period in range(1, 5):
-        unit = tail[-period:]
-        reps = 0
-        i = len(tail)
-        while i - period >= 0 and tail[i - period:i] == unit:
-            reps += 1
-            i -= period
-        if reps * period >= 0.9 * len(tail) and reps >= 6:
-            return f"{''.join(map(str, unit))!r} repeated {reps} times"
-    return None
-
-
-# -- differential -------------------------------------------------------------------------
-
-
-@dataclass
-class Diff:
-    agreement: float          # common greedy prefix / longer length (whole-answer: matched / baseline length)
-    consistent: bool          # identical, or every divergence a near-tie and no early stop
-    diverge_at: int | None
-    detail: str
-    gap: float | None = None  # the largest logprob gap at a divergence
-    early_stop: bool = False  # the trial stopped (or was cut) well before the baseline
-    reanchored: int = 0       # divergences passed by teacher forcing the baseline's tokens
-    whole: bool = True        # the whole answer was judged (False: a near-tie with nothing shown past it)
-
-
-def _toks(r: Result) -> list:
-    return [t.get("token") for t in r.tokens] if r.tokens else r.generated.split()
-
-
-def compare(base: Result, trial: Result, *, top_k: int, tie_gap: float = 1.5, text_min_agreement: float = 0.9) -> Diff:
-    """Greedy agreement of two replies to the same prompt, judged at the first divergence.
-
-    * a divergence is consistent when each side's token is in the other's top-k within ``tie_gap``
-      nats of its own choice on both sides (a near-tie);
-    * the trial ending first (a prefix of the baseline) is consistent only when the baseline's
-      token there was itself near-tied with stopping: its probability p leaves at most 1-p for
-      EOS, so the gap is at least log p - log(1-p); above ``tie_gap`` it is an early stop. A
-      trial cut by length before the baseline is truncated;
-    * without logprobs (e.g. transformers serve) no near-tie can be shown, so the text test is
-      stricter: consistent only when ``text_min_agreement`` of the words agree and the trial
-      is not the shorter one by more than a quarter.
-    """
-    bt, tt = _toks(base), _toks(trial)
-    n = 0
-    while n < min(len(bt), len(tt)) and bt[n] == tt[n]:
-        n += 1
-    longest = max(len(bt), len(tt), 1)
-    agreement = n / longest
-    if n == len(bt) == len(tt):
-        return Diff(1.0, True, None, "identical")
-    logprobs = bool(base.tokens and trial.tokens)
-    if n == len(tt) < len(bt):  # the trial ended first
-        return _shorter(base, trial, n, agreement, tie_gap, logprobs, top_k)
-    if n == len(bt) < len(tt):  # the baseline ended first: the trial went on (the detectors judge what it said)
-        return Diff(agreement, True, n, f"same tokens, lengths {len(bt)} vs {len(tt)} (the trial went on)")
-    if not logprobs:
-        ok = agreement >= text_min_agreement
-        return Diff(agreement, ok, n, f"diverged at word {n} of {longest} (no logprobs: text agreement {agreement:.2f}, "
-                                      f"need {text_min_agreement})")
-    b, t = base.tokens[n], trial.tokens[n]
-    b_top = {x.get("token"): x.get("logprob") for x in (b.get("top_logprobs") or [])[:top_k]}
-    t_top = {x.get("token"): x.get("logprob") for x in (t.get("top_logprobs") or [])[:top_k]}
-    t_in_b = t.get("token") in b_top
-    b_in_t = b.get("token") in t_top
-    gap_b = _gap(b.get("logprob"), b_top.get(t.get("token")) if t_in_b else None)
-    if b_in_t:
-        gap_t = _gap(t.get("logprob"), t_top.get(b.get("token")))
-        shown_t = f"{gap_t:.2f}"
-    else:  # the baseline's token below the trial's cut list: its gap there is at least the list's own spread
-        floor_t = _spread(t.get("logprob"), t_top, top_k)
-        gap_t, shown_t = (math.inf, "inf") if floor_t is None else (floor_t, f"≥{floor_t:.2f}")
-    gap = max(gap_b, gap_t)
-    consistent = t_in_b and gap <= tie_gap
-    detail = (
-        f"diverged at token {n}: baseline {b.get('token')!r} vs {t.get('token')!r}; "
-        f"in each other's top-{top_k}: {t_in_b}/{b_in_t}; logprob gaps {gap_b:.2f}/{shown_t} "
-        f"({'near-tie' if consistent else 'not a near-tie'}, limit {tie_gap})"
-    )
-    return Diff(agreement, consistent, n, detail, gap)
-
-
-def _spread(chosen, top: dict, k: int) -> float | None:
-    """How far below the chosen token a full top-``k`` list ends: a lower bound of the gap to any
-    token not in it (None when the list is shorter than ``k``: then nothing bounds that gap).
-
-    Why a lower bound is enough in this one direction (``compare``): the trial's own token must
-    still be in the *baseline's* list within ``tie_gap`` (the known-good model found it nearly as
-    likely), and the trial's list, cut at ``k``, must not contradict a near-tie. Measured on the
-    H200 (docs/results/h200-llamacpp): a healthy ``--cache-type-v q8_0`` chose ' any' where the
-    baseline chose ' crafting' with ' any' 0.15 nats behind; ' crafting' was 6th or lower in the
-    trial's top-5. A broken kernel's choice is what the baseline finds unlikely, caught by the
-    other direction."""
-    vals = [v for v in top.values() if _finite(v)]
-    if len(vals) < k or not _finite(chosen):
-        return None
-    return max(0.0, chosen - min(vals))
-
-
-# how engines spell an end-of-sequence token in a top_logprobs list (llama.cpp: the empty string)
-EOS_TEXTS = {"", "<|im_end|>", "</s>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "<|end_of_text|>", "<eos>"}
-
-
-def _shorter(base: Result, trial: Result, n: int, agreement: float, tie_gap: float, logprobs: bool,
-             top_k: int = 5) -> Diff:
-    """The trial is a strict prefix of the baseline: an EOS near-tie, or an early stop."""
-    nb = len(_toks(base))
-    if trial.finish_reason == "length":
-        return Diff(agreement, False, n, f"truncated: cut by length after {n} tokens, the baseline gave {nb}", early_stop=True)
-    if logprobs:
-        lp = base.tokens[n].get("logprob")
-        if _finite(lp):
-            p = math.exp(lp)
-            gap = max(0.0, lp - math.log1p(-p)) if p < 1 else math.inf  # EOS had at most 1-p
-            top = [x for x in (base.tokens[n].get("top_logprobs") or []) if _finite(x.get("logprob"))]
-            eos = [x["logprob"] for x in top if (x.get("token") or "").strip() in EOS_TEXTS]
-            if eos:  # the baseline's own EOS probability there: the exact gap
-                gap = max(0.0, lp - max(eos))
-            elif len(top) >= top_k:  # EOS was not among the baseline's top-k: below the last of them
-                gap = max(gap, lp - min(x["logprob"] for x in top))
-            ok = gap <= tie_gap
-            return Diff(agreement, ok, n, f"{'stopped at a near-tie' if ok else 'early stop'}: the trial ended after {n} tokens, "
-                                          f"the baseline went on with {base.tokens[n].get('token')!r} (p={p:.2f}, gap to EOS "
-                                          f"≥ {gap:.2f}, limit {tie_gap}) to {nb} tokens", gap, early_stop=not ok)
-    ok = n >= 0.75 * nb
-    return Diff(agreement, ok, n, f"the trial ended after {n} words, the baseline gave {nb}" + ("" if ok else " (early stop)"),
-                early_stop=not ok)
-
-
-def _gap(chosen, other) -> float:
-    """How much more likely a side found its own token than the other side's (inf: unknown)."""
-    if not (_finite(chosen) and _finite(other)):
-        return math.inf
-    return max(0.0, chosen - other)
-
-
-def _tail(r: Result, k: int) -> Result:
-    """The reply from token ``k`` on (for comparing a teacher-forced continuation)."""
-    toks = r.tokens[k:]
-    return Result(text="".join(t.get("token") or "" for t in toks), tokens=toks, logprobs_requested=r.logprobs_requested,
-                  finish_reason=r.finish_reason)
-
-
-def compare_whole(base: Result, trial: Result, anchored: list[tuple[int, Result]], *, top_k: int, tie_gap: float,
-                  text_min_agreement: float = 0.9) -> Diff:
-    """The whole answer: the first divergence, then each teacher-forced continuation (the
-    trial's reply given the baseline's tokens up to ``k``) against the baseline from ``k`` on.
-    Agreement is the share of the baseline's tokens the trial reproduced greedily."""
-    d = compare(base, trial, top_k=top_k, tie_gap=tie_gap, text_min_agreement=text_min_agreement)
-    nb = max(len(_toks(base)), 1)
-    if d.diverge_at is not None and d.diverge_at >= nb:  # the trial went on past the baseline's end
-        d.agreement = 1.0
-    if not d.consistent or d.diverge_at is None or d.early_stop or d.diverge_at >= nb:
-        return d
-    if not anchored:  # nothing shown past the divergence (no teacher forcing): not a whole answer
-        d.whole = d.diverge_at >= nb - 1
-        return d
-    matched, gaps, details = d.diverge_at, [d.gap or 0.0], [d.detail]
-    for k, cont in anchored:
-        sub = compare(_tail(base, k), cont, top_k=top_k, tie_gap=tie_gap)
-        matched += sub.diverge_at if sub.diverge_at is not None else len(_toks(cont))
-        gaps.append(sub.gap or 0.0)
-        if not sub.consistent:
-            detail = f"after a near-tie at token {d.diverge_at}, teacher-forced from token {k}: {_shift(sub.detail, k)}"
-            return Diff(matched / nb, False, d.diverge_at, detail, max(gaps), sub.early_stop, len(anchored))
-        if sub.diverge_at is not None and sub.detail.startswith("same tokens"):
-            break
-        details.append(_shift(sub.detail, k))
-    return Diff(min(1.0, matched / nb), True, d.diverge_at, "; then ".join(details), max(gaps), False, len(anchored))
-
-
-def _shift(detail: str, k: int) -> str:
-    return re.sub(r"token (\d+)", lambda m: f"token {int(m.group(1)) + k}", detail, count=1)
-
+# Names other modules and the tests import from here (the judge's public face), defined in the
+# check modules and the probe set since the Check contract (issue 23, item 9).
+from bakeoff.judge.checks.detectors import MODEL_BEHAVIOUR, repetition  # noqa: F401,E402
+from bakeoff.judge.checks.differential import _spread, _toks, compare_whole  # noqa: F401,E402
+from bakeoff.judge.checks.floors import absolute_floors  # noqa: F401,E402
+from bakeoff.judge.checks.gate import launch_answers  # noqa: F401,E402
+from bakeoff.judge.probeset import (  # noqa: F401,E402
+    ProbeSetError, check_long, check_prompt, needle_found, scored_tasks, task_score, unanswered)
+from bakeoff.judge.probeset import task_right as _task_right  # noqa: F401,E402 - the old name
+from bakeoff.judge.stats import mcnemar_worse, unstable_items, wilson  # noqa: F401,E402
 
 # -- the outcome --------------------------------------------------------------------------
 
@@ -537,143 +93,7 @@ class ProbeOutcome:
         return asdict(self)
 
 
-def task_score(prompts: list[Prompt], results: dict[str, Result]) -> tuple[int, int]:
-    """(right, total) over the prompts that are tasks (a checkable answer or a JSON reply) and
-    were answered: a reply cut by ``max_tokens`` while still thinking is not scored (``unanswered``)."""
-    tasks = scored_tasks(prompts, results)
-    return sum(_task_right(p, results) for p in tasks), len(tasks)
-
-
-def scored_tasks(prompts: list[Prompt], results: dict[str, Result]) -> list[Prompt]:
-    """The task prompts whose reply is evidence: not cut while thinking (``unanswered``), not a
-    JSON object cut by ``max_tokens`` (``_json_cut``)."""
-    cut = unanswered(results)
-    return [p for p in prompts if (p.answer is not None or p.json) and p.id not in cut
-            and not (p.json and _json_cut(results.get(p.id)))]
-
-
-def _json_cut(res: "Result | None") -> bool:
-    """A JSON reply ended by ``max_tokens`` inside its object (``Here is the JSON: {"name":``):
-    truncation, no evidence either way. Garbage cut at the limit is not a JSON prefix."""
-    if res is None or res.finish_reason != "length" or "{" not in res.text:
-        return False
-    return _json_prefix(res.text[res.text.index("{"):])
-
-
-def _json_prefix(text: str) -> bool:
-    """Whether ``text`` (from its first ``{``) is the beginning of a JSON object: closing its
-    open string and brackets (after a value where one is due) makes it parse."""
-    stack, in_str, esc = [], False, False
-    for c in text:
-        if in_str:
-            esc, in_str = (not esc and c == "\\"), in_str and (esc or c != '"')
-        elif c == '"':
-            in_str = True
-        elif c in "{[":
-            stack.append("}" if c == "{" else "]")
-        elif c in "}]":
-            if not stack or stack.pop() != c:
-                return False
-            if not stack:
-                return False  # a whole object: not a cut one (``_is_json_object`` scores it)
-    head = text + ('"' if in_str else "")
-    for fill in ("", "null", '"":null', ":null"):
-        try:
-            json.loads(re.sub(r",\s*$", "", head + fill) + "".join(reversed(stack)))
-            return True
-        except ValueError:
-            continue
-    return False
-
-
-def unanswered(results: dict[str, Result]) -> set[str]:
-    """Replies that are all thinking and were ended by ``max_tokens``: the answer never came, so
-    there is nothing to score (truncation, not a wrong answer). The differential still compares
-    their tokens with the baseline's, and ``thinking_cut`` fails a set where nothing was answered."""
-    return {k for k, r in results.items() if r.cut_while_thinking}
-
-
-def _task_right(p: Prompt, results: dict[str, Result]) -> bool:
-    text = results[p.id].text if p.id in results else ""
-    if p.json:
-        return _is_json_object(text)
-    return p.answer is not None and re.search(p.answer, text, re.IGNORECASE) is not None
-
-
-def _is_json_object(text: str) -> bool:
-    m = re.search(r"\{.*\}", text, re.DOTALL)
-    if not m:
-        return False
-    try:
-        return isinstance(json.loads(m.group(0)), dict)
-    except ValueError:
-        return False
-
-
-def needle_found(long_cfg: dict, key: str, text: str) -> bool:
-    word = next(n["word"] for n in long_cfg["needles"] if n["key"] == key)
-    pattern = word if long_cfg.get("regex") else re.escape(word)
-    return re.search(pattern, text, re.IGNORECASE) is not None
-
-
-# -- absolute floors: evidence of being right, for every trial (the baseline included) ---------
-
-
-def absolute_floors(collected: dict, cfg: Probes) -> list[str]:
-    """Findings 'floor_name: evidence' where this server's own answers fall below what any
-    healthy model of the family must reach, whatever the baseline did:
-
-    * ``task_floor``: the probe set's checkable tasks right < ``min_task_accuracy``;
-    * ``json_floor``: a JSON prompt answered with no JSON object;
-    * ``gate_floor``: the task gate's accuracy < ``min_gate_accuracy`` (with its Wilson interval);
-    * ``long_floor``: fewer than ``min_needles`` of the long document's needles found;
-    * ``thinking_cut``: the set's tasks (or the gate's items) were asked and none was answered,
-      every reply cut by ``max_tokens`` while thinking: no evidence of being right.
-    """
-    res = collected["results"]
-    prompts: list[Prompt] = collected["prompts"]
-    found = []
-    single = res.get("single", {})
-    right, total = task_score(prompts, single)
-    asked = [p for p in prompts if (p.answer or p.json) and p.id in single]
-    if asked and not total:
-        found.append(f"thinking_cut: the probe set: all {len(asked)} checkable tasks were cut by max_tokens while thinking "
-                     f"(no answer to judge); raise server.thinking_tokens")
-    if total and right / total < cfg.min_task_accuracy:
-        missed = [p.id for p in scored_tasks(prompts, single) if not _task_right(p, single)]
-        found.append(f"task_floor: {right}/{total} checkable tasks right (floor {cfg.min_task_accuracy:.0%}); missed {missed}")
-    for p in scored_tasks(prompts, single):  # a JSON object (or a thought) cut at max_tokens is no evidence either way
-        if p.json and p.id in single and not _task_right(p, single):
-            found.append(f"json_floor: prompt {p.id} asked for a JSON object, got {res['single'][p.id].text[:80]!r}")
-    gate = res.get("gate") or {}
-    if gate:
-        items = [p for p in gate_items(cfg.gate_items, cfg.gate_seed) if p.id not in unanswered(gate)]
-        k = sum(_task_right(p, gate) for p in items)
-        lo, hi = wilson(k, len(items))
-        if not items:
-            found.append(f"thinking_cut: the task gate: all {len(gate)} items were cut by max_tokens while thinking "
-                         f"(no answer to judge); raise server.thinking_tokens")
-        elif k / len(items) < cfg.min_gate_accuracy:
-            found.append(f"gate_floor: task gate {k}/{len(items)} right ({k / len(items):.0%}, 95% CI {lo:.0%}–{hi:.0%}), "
-                         f"floor {cfg.min_gate_accuracy:.0%}")
-    long_cfg = collected.get("long") or {}
-    if res.get("long") and long_cfg.get("needles") and set(res["long"]) - unanswered(res["long"]):
-        keys = [key for key in res["long"] if key not in unanswered(res["long"])]
-        hits = sum(needle_found(long_cfg, k, res["long"][k].text) for k in keys)
-        need = min(cfg.min_needles, len(keys))
-        if hits < need:
-            found.append(f"long_floor: {hits}/{len(keys)} needles found in the long document (floor {need}); "
-                         f"e.g. {keys[0]}: {res['long'][keys[0]].text[:80]!r}")
-    return found
-
-
 # -- running the probes -------------------------------------------------------------------
-
-# Detectors that can be the model's own behaviour on a prompt (SmolLM2 loops on some): in a
-# trial they count only where the baseline did not show the same thing on the same prompt.
-MODEL_BEHAVIOUR = ("degenerate_repetition", "all_same_token", "empty", "bad_characters")
-DIFF_MODES = ("single", "long")  # and every "bench c=N" mode: compared with the baseline reply by reply
-
 
 def _unexcusable(results: dict[str, Result], expect_logprobs: bool) -> bool:
     """A finding no baseline can excuse (NaN, errors, missing logprobs): no need to probe on."""
@@ -687,9 +107,10 @@ def bench_mode(bench: Bench | None) -> str | None:
 
 async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int | None, timeout_s: float,
                    expect_logprobs: bool = True, bench: Bench | None = None, baseline: dict | None = None,
-                   thinking: str = "auto", thinking_room: int = 0, recipe: str | None = None) -> dict:
-    """Single requests, the long document, N concurrent copies, the benchmark-shaped batch and
-    the task gate; then, against the baseline, the teacher-forced continuations (``recipe``: how
+                   thinking: str = "auto", thinking_room: int = 0, recipe: str | None = None,
+                   sampled: bool = False) -> dict:
+    """Single requests, the long document, N concurrent copies, the benchmark-shaped batch,
+    the task gate and (``sampled``) the replies drawn at temperature > 0; then, against the baseline, the teacher-forced continuations (``recipe``: how
     the engine gives its templated prompt, ``_teacher_force``). A mode that
     shows a finding no baseline can excuse ends the collection there. Every request asks for
     ``thinking`` (``[server] thinking``) and gets ``thinking_room`` tokens more for the thought."""
@@ -750,6 +171,12 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
             items = gate_items(cfg.gate_items, cfg.gate_seed)
             progress.note(f"task gate: {len(items)} items")
             out["gate"] = dict(zip((p.id for p in items), await asyncio.gather(*(one(p) for p in items))))
+        if sampled and expect_logprobs:
+            progress.note(f"the sampled path: {len(prompts)} prompts x {cfg.sampled_seeds} seeds at temperature "
+                          f"{cfg.sampled_temperature}")
+            collected["sampled"] = await sampled_path.collect(session, url, prompts, cfg, lambda p: body(messages(p)))
+        elif sampled:
+            info.setdefault("checks_not_run", []).append(sampled_path.NO_LOGPROBS)
         if baseline is not None and expect_logprobs and cfg.max_reanchors:
             progress.note("teacher forcing the near-tie divergences")
             collected["anchored"] = await _teacher_force(session, base_url, model, cfg, collected, baseline, info, recipe)
@@ -1028,12 +455,13 @@ def _request_messages(collected: dict, mode: str, pid: str) -> list[dict] | None
 def run_probes(base_url: str, cfg: Probes, *, model: str | None = None, ctx_size: int | None = None,
                timeout_s: float = 120, expect_logprobs: bool = True, bench: Bench | None = None,
                baseline: dict | None = None, thinking: str = "auto", thinking_room: int = 0,
-               templated_prompt: str | None = None) -> dict:
+               templated_prompt: str | None = None, sampled: bool = False) -> dict:
     """Run the probe set in every mode against a ready server; return raw results per mode.
     ``thinking``/``thinking_room``: ``[server] thinking`` and ``Server.thinking_room``;
-    ``templated_prompt``: ``Engine.templated_prompt`` (teacher forcing)."""
+    ``templated_prompt``: ``Engine.templated_prompt`` (teacher forcing); ``sampled``: also draw
+    the sampled-path replies (``bakeoff.judge.checks.sampled.wanted``)."""
     return asyncio.run(_collect(base_url, cfg, model, ctx_size, timeout_s, expect_logprobs, bench, baseline,
-                                thinking, thinking_room, templated_prompt))
+                                thinking, thinking_room, templated_prompt, sampled))
 
 
 # Without logprobs no divergence can be shown to be a near-tie, and a healthy change (a dtype)
@@ -1062,7 +490,9 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
       5. the task gate: paired exact McNemar test vs the baseline, over the items the baseline
          answered alike on each of its launches (``launch_answers``);
       6. concurrent copies vs this server's single answers, zero tolerance;
-      7. the lm-evaluation-harness gate, when it ran (``bakeoff.judge.lmeval``): the same test
+      7. the sampled path, when it was collected (``bakeoff.judge.checks.sampled``): replies at
+         temperature > 0 whose chosen tokens' likelihood moved from the baseline's;
+      8. the lm-evaluation-harness gate, when it ran (``bakeoff.judge.lmeval``): the same test
          on the documents of its tasks.
     """
     prompts: list[Prompt] = collected["prompts"]
@@ -1085,13 +515,17 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
     if base_res is None:
         not_run.append("differential vs a baseline (none healthy to compare with)" if role != "baseline" else
                        "differential (this is the baseline: judged by the detectors and the absolute floors)")
+    elif collected.get("sampled") and not baseline.get("sampled"):
+        not_run.append("sampled-path comparison (the baseline drew no sampled replies: it was judged with probes.sampled "
+                       "off or by an older bakeoff)")
 
     def fail(mode: str, detector: str, detail: str, evidence: list[str]) -> ProbeOutcome:
         return ProbeOutcome(False, mode, detector, detail, values, evidence=evidence, checks_not_run=not_run)
 
-    for check in (_check_detectors, _check_content, _check_floors, _check_differential, _check_tasks, _check_gate,
-                  _check_concurrent, _check_lm_eval):
-        found = check(collected, cfg, baseline, values, expect_logprobs, role)
+    ev = Evidence(collected, baseline, cfg, values, expect_logprobs, role,
+                  diffs=whole_diffs(collected, baseline, cfg) if baseline is not None else {})
+    for check in CHECKS:
+        found = check(ev)
         if found:
             return fail(*found)
     if not_run:
@@ -1112,290 +546,9 @@ def thinking_values(collected: dict) -> dict | None:
             "cut_while_thinking": sum(r.cut_while_thinking for r in rs)}
 
 
-def _texts(prompts: list[Prompt]) -> dict[str, str]:
-    return {p.id: p.text for p in prompts}
-
-
-def _check_detectors(collected, cfg, baseline, values, expect_logprobs, role):
-    texts = _texts(collected["prompts"])
-    base_res = baseline["results"] if baseline else None
-    for mode, items in collected["results"].items():
-        for pid, r in items.items():
-            found = detect(r, expect_logprobs=expect_logprobs)
-            if base_res is not None and found:
-                shown = _baseline_detectors(base_res, mode, pid, expect_logprobs)
-                found = [f for f in found if not (_name(f) in MODEL_BEHAVIOUR and _name(f) in shown)]
-            if found:
-                evidence = [f"{mode} / prompt {pid}: {found[0]}",
-                            f"prompt: {texts.get(pid.split('#')[0], '(generated prompt)')[:100]!r}",
-                            f"reply: {r.text[:200]!r}"]
-                if r.tokens:
-                    evidence.append("first tokens: " + ", ".join(f"{t.get('token')!r} {t.get('logprob')}" for t in r.tokens[:4]))
-                evidence += [f"also: {f}" for f in found[1:]]
-                return mode, _name(found[0]), f"{mode} / prompt {pid}: {found[0]}; text {r.text[:120]!r}", evidence
-    return None
-
-
-def _check_content(collected, cfg, baseline, values, expect_logprobs, role):
-    """``answer_in_reasoning``: a reply that ended on its own (not cut by ``max_tokens``) with an
-    empty ``content`` and its answer only in ``reasoning_content``. Every OpenAI client reads
-    ``content``, so it got "" — whatever the thought says. Accepted only where the spec says the
-    deployment is meant to think (``[server] thinking = "on"``: the caller reads the reasoning
-    field); for the baseline too (no baseline can excuse what clients do not see)."""
-    mode_asked = ((collected.get("info") or {}).get("thinking") or {}).get("mode", "auto")
-    if mode_asked == "on":
-        return None
-    texts = _texts(collected["prompts"])
-    hidden = [(mode, pid, r) for mode, items in collected["results"].items() for pid, r in items.items()
-              if r.ok and r.from_reasoning and not r.cut_while_thinking]
-    if not hidden:
-        return None
-    mode, pid, r = hidden[0]
-    values["answers_only_in_reasoning"] = len(hidden)
-    evidence = [f"{m} / prompt {p}: content {''!r}, reasoning_content {x.reasoning[:100]!r} (finish_reason {x.finish_reason})"
-                for m, p, x in hidden[:4]]
-    evidence.append(f"prompt: {texts.get(pid.split('#')[0], '(generated prompt)')[:100]!r}")
-    return (mode, "answer_in_reasoning",
-            f"{len(hidden)} replies ended with an empty content and their answer only in reasoning_content "
-            f"(e.g. {mode} / prompt {pid}: {r.reasoning[:80]!r}); a client reading content gets \"\". "
-            f"server.thinking = {mode_asked!r}: set it to 'on' if the deployment is meant to answer in its reasoning, "
-            "else fix the reasoning parser / chat template", evidence)
-
-
-def _check_floors(collected, cfg, baseline, values, expect_logprobs, role):
-    _gate_values(collected, cfg, values)
-    floors = absolute_floors(collected, cfg)
-    if not floors:
-        return None
-    mode = {"task": "single", "json": "single", "gate": "gate", "long": "long",
-            "thinking": "gate" if "the task gate" in floors[0] else "single"}[_name(floors[0]).split("_")[0]]
-    if role == "baseline":
-        return (mode, "baseline_below_floor",
-                f"the baseline itself is below the absolute floors, so nothing known-good exists: {floors[0]}", floors)
-    return mode, _name(floors[0]), f"below the absolute floor: {floors[0]}", floors
-
-
-def _gate_values(collected, cfg, values) -> None:
-    gate = collected["results"].get("gate") or {}
-    if gate:
-        items = [p for p in gate_items(cfg.gate_items, cfg.gate_seed) if p.id not in unanswered(gate)]
-        k = sum(_task_right(p, gate) for p in items)
-        values["gate_accuracy"] = f"{k}/{len(items)}"
-        values["gate_ci95"] = list(wilson(k, len(items)))
-
-
-def _diff_modes(res: dict) -> list[str]:
-    return [m for m in res if m in DIFF_MODES or m.startswith("bench ")]
-
-
-def _asked_differently(collected: dict, baseline: dict, mode: str, pid: str) -> bool:
-    """The trial's request was not the baseline's (the long document is sized to each server's
-    served context, which a --parallel or --ctx-size axis changes): no differential for that
-    reply; the absolute checks and floors still apply."""
-    mine = (collected.get("texts") or {}).get(mode, {}).get(pid)
-    theirs = (baseline.get("texts") or {}).get(mode, {}).get(pid)
-    return mine is not None and theirs is not None and mine != theirs
-
-
-def whole_diffs(collected: dict, baseline: dict, cfg: Probes) -> dict[tuple[str, str], Diff]:
-    """Every reply with a baseline counterpart (single, long, bench modes), judged whole."""
-    res, base_res = collected["results"], baseline["results"]
-    anchored = collected.get("anchored") or {}
-    top_k = cfg.top_logprobs or 5
-    out = {}
-    for mode in _diff_modes(res):
-        for pid, r in res[mode].items():
-            b = base_res.get(mode, {}).get(pid)
-            if b is None or not b.ok or _asked_differently(collected, baseline, mode, pid):
-                continue
-            out[(mode, pid)] = compare_whole(b, r, anchored.get(mode, {}).get(pid, []), top_k=top_k,
-                                             tie_gap=cfg.max_tie_gap, text_min_agreement=cfg.text_min_agreement)
-    return out
-
-
-def _check_differential(collected, cfg, baseline, values, expect_logprobs, role):
-    if baseline is None:
-        return None
-    diffs = whole_diffs(collected, baseline, cfg)
-    collected["_diffs"] = diffs
-    if not diffs:
-        return None
-    whole = [d for d in diffs.values() if d.whole]
-    agree = sum(d.agreement for d in whole) / len(whole) if whole else 1.0
-    cons = sum(d.consistent for d in diffs.values()) / len(diffs)
-    gaps = [d.gap for d in diffs.values() if d.gap is not None]
-    values.update(agreement=round(agree, 3), agreement_over=f"{len(whole)}/{len(diffs)} whole answers", topk_consistency=round(cons, 3),
-                  diverged=f"{sum(d.diverge_at is not None for d in diffs.values())}/{len(diffs)}",
-                  reanchored=sum(d.reanchored for d in diffs.values()))
-    if gaps:
-        values["max_divergence_gap"] = round(max(gaps), 3) if math.isfinite(max(gaps)) else "inf"
-    base_res, res = baseline["results"], collected["results"]
-
-    def show(keys):
-        ev = []
-        for mode, pid in keys[:4]:
-            d = diffs[(mode, pid)]
-            ev += [f"{mode} / {pid}: {d.detail}", f"  baseline: {base_res[mode][pid].text[:100]!r}",
-                   f"  trial:    {res[mode][pid].text[:100]!r}"]
-        return ev
-
-    early = [k for k, d in diffs.items() if d.early_stop]
-    if early:
-        mode, pid = early[0]
-        return mode, "early_stop", f"{mode} / {pid}: {diffs[early[0]].detail}", show(early)
-    bad = [k for k, d in diffs.items() if not d.consistent]
-    if not expect_logprobs:  # NO_LOGPROBS_DIFF: a text divergence is no evidence either way
-        values["text_divergences"] = f"{len(bad)}/{len(diffs)}"
-        return None
-    if bad:
-        mode, pid = bad[0]
-        return (mode, "divergence", f"{len(bad)}/{len(diffs)} replies diverge from the baseline beyond a near-tie "
-                                    f"(token agreement {agree:.2f}); {mode} / {pid}: {diffs[bad[0]].detail}", show(bad))
-    if agree < cfg.min_agreement:
-        low = sorted((k for k in diffs if diffs[k].whole), key=lambda k: diffs[k].agreement)
-        return (low[0][0], "low_agreement", f"whole-answer token agreement {agree:.2f} with the baseline "
-                                            f"(need {cfg.min_agreement}), though each divergence was a near-tie", show(low))
-    return None
-
-
-def _check_tasks(collected, cfg, baseline, values, expect_logprobs, role):
-    """A task (or needle) the baseline got right and the trial lost fails unless the trial's
-    whole answer there stayed a chain of near-ties (then the loss is the tie's, not the engine's)."""
-    prompts, res = collected["prompts"], collected["results"]
-    right, total = task_score(prompts, res.get("single", {}))
-    values["task_accuracy"] = f"{right}/{total}"
-    long_cfg = collected.get("long") or {}
-    if res.get("long") and long_cfg.get("needles"):
-        values["needles_found"] = f"{sum(needle_found(long_cfg, k, r.text) for k, r in res['long'].items())}/{len(res['long'])}"
-    if baseline is None:
-        return None
-    base_res = baseline["results"]
-    bright, _ = task_score(prompts, base_res.get("single", {}))
-    values["task_accuracy_baseline"] = f"{bright}/{total}"
-    diffs = collected.get("_diffs") or whole_diffs(collected, baseline, cfg)
-    def excused(mode: str, pid: str) -> bool:  # a near-tie chain shown to the end of the answer
-        d = diffs.get((mode, pid))
-        return (d is not None and d.consistent and expect_logprobs
-                and (d.reanchored > 0 or d.diverge_at is None or d.diverge_at >= len(_toks(base_res[mode][pid])) - 1))
-
-    cut = unanswered(res.get("single", {})) | unanswered(base_res.get("single", {}))
-    lost = [p.id for p in prompts if (p.answer or p.json) and p.id not in cut and _task_right(p, base_res.get("single", {}))
-            and not _task_right(p, res.get("single", {})) and not excused("single", p.id)]
-    if lost and len(lost) / max(total, 1) > cfg.max_task_drop:
-        return ("single", "task_accuracy", f"tasks right {right}/{total} vs baseline {bright}/{total}; lost {lost} "
-                                           f"by divergences that are not near-ties",
-                [f"{pid}: baseline {base_res['single'][pid].text[:80]!r}, trial {res['single'][pid].text[:80]!r}" for pid in lost])
-    if res.get("long") and base_res.get("long") and long_cfg.get("needles"):
-        values["needles_found_baseline"] = (f"{sum(needle_found(long_cfg, k, r.text) for k, r in base_res['long'].items())}"
-                                            f"/{len(base_res['long'])}")
-        cut = unanswered(res["long"]) | unanswered(base_res["long"])
-        lost = [k for k, r in res["long"].items() if k in base_res["long"] and k not in cut
-                and needle_found(long_cfg, k, base_res["long"][k].text) and not needle_found(long_cfg, k, r.text) and not excused("long", k)]
-        if lost:
-            k = lost[0]
-            return ("long", "long_context_task", f"the baseline found needle {k!r} in the long document "
-                                                 f"({res['long'][k].prompt_tokens} tokens), this trial answered {res['long'][k].text[:80]!r}",
-                    [f"baseline: {base_res['long'][k].text[:120]!r}", f"trial: {res['long'][k].text[:120]!r}"])
-    return None
-
-
-def launch_answers(collected: dict, cfg: Probes) -> dict:
-    """What one launch answered right: per task-gate item (answered ones) and per lm-eval
-    document. The baseline's relaunches store it, so that the paired tests use only what the
-    baseline answers the same way on every launch (``stable_only``)."""
-    gate = collected["results"].get("gate") or {}
-    out: dict = {"gate": {p.id: _task_right(p, gate) for p in gate_items(cfg.gate_items, cfg.gate_seed)
-                          if p.id in gate and p.id not in unanswered(gate)}}
-    if collected.get("lm_eval"):
-        out["lm_eval"] = {task: {d: bool(v[0]) for d, v in got["docs"].items()} for task, got in collected["lm_eval"]["tasks"].items()}
-    return out
-
-
-def unstable_items(first: dict[str, bool], launches: list[dict[str, bool]]) -> set[str]:
-    """Items some later launch of the baseline answered otherwise (right vs wrong) than ``first``."""
-    return {k for run in launches for k, v in run.items() if k in first and v != first[k]}
-
-
-def _check_gate(collected, cfg, baseline, values, expect_logprobs, role):
-    """The paired exact McNemar test of the task gate against the baseline, over the items both
-    answered and that the baseline answered the same way on each of its launches (its relaunches'
-    ``launch_answers``, when any were made before this judgement): an item the baseline itself
-    gets right on one launch and wrong on another is launch noise, not a reference."""
-    gate, base_gate = collected["results"].get("gate") or {}, (baseline or {}).get("results", {}).get("gate") or {}
-    if not gate or not base_gate:
-        return None
-    cut = unanswered(gate) | unanswered(base_gate)  # paired items both sides answered
-    items = [p for p in gate_items(cfg.gate_items, cfg.gate_seed) if p.id in gate and p.id in base_gate and p.id not in cut]
-    runs = [a.get("gate") or {} for a in (baseline or {}).get("launch_answers") or []]
-    if runs:
-        shaky = unstable_items({p.id: _task_right(p, base_gate) for p in items}, runs)
-        items = [p for p in items if p.id not in shaky]
-        values.update(gate_baseline_launches=1 + len(runs), gate_unstable_on_baseline=len(shaky))
-    b = [_task_right(p, base_gate) for p in items]
-    t = [_task_right(p, gate) for p in items]
-    lost, gained, p = mcnemar_worse(b, t)
-    values.update(gate_accuracy_baseline=f"{sum(b)}/{len(items)}", gate_ci95_baseline=list(wilson(sum(b), len(items))),
-                  gate_lost=lost, gate_gained=gained, gate_p=round(p, 4))
-    if p < cfg.gate_alpha:
-        ev = [f"{q.id}: baseline {base_gate[q.id].text[:60]!r}, trial {gate[q.id].text[:60]!r}"
-              for q, bb, tt in zip(items, b, t) if bb and not tt][:6]
-        return ("gate", "task_gate", f"task gate {sum(t)}/{len(items)} {values['gate_ci95']} vs baseline "
-                                     f"{sum(b)}/{len(items)} {values['gate_ci95_baseline']}: lost {lost}, gained {gained}, "
-                                     f"exact McNemar p={p:.2g} < {cfg.gate_alpha}", ev)
-    return None
-
-
-def _check_concurrent(collected, cfg, baseline, values, expect_logprobs, role):
-    """Concurrent copies vs the same server's single answers: every copy must be identical or
-    diverge at a near-tie (no early stop), and keep a task the single answer got right."""
-    res, prompts = collected["results"], {p.id: p for p in collected["prompts"]}
-    top_k = cfg.top_logprobs or 5
-    diffs = {}
-    for pid, r in res.get("concurrent", {}).items():
-        single = res["single"].get(pid.split("#")[0])
-        if single is not None and single.ok:
-            diffs[pid] = compare(single, r, top_k=top_k, tie_gap=cfg.max_tie_gap, text_min_agreement=cfg.text_min_agreement)
-    if not diffs:
-        return None
-    cons = sum(d.consistent for d in diffs.values()) / len(diffs)
-    values["concurrent_consistency"] = round(cons, 3)
-    why = {pid: d.detail for pid, d in diffs.items() if not d.consistent}
-    for pid in diffs:
-        p = prompts.get(pid.split("#")[0])
-        if (p and (p.answer or p.json) and not res["concurrent"][pid].cut_while_thinking and _task_right(p, res["single"])
-                and not _task_right(p, {p.id: res["concurrent"][pid]})):
-            why.setdefault(pid, f"the single answer is right, this copy is not: {res['concurrent'][pid].text[:80]!r}")
-    bad = [f"{pid}: {w}" for pid, w in why.items()]
-    if bad:
-        return ("concurrent", "concurrency_divergence",
-                f"{len(bad)} of {len(diffs)} concurrent copies differ from the single answers beyond a near-tie; {bad[0]}", bad[:6])
-    return None
-
-
-def _check_lm_eval(collected, cfg, baseline, values, expect_logprobs, role):
-    """lm-eval's documents vs the baseline's (``bakeoff.judge.lmeval.check``), when it ran."""
-    if not collected.get("lm_eval") or cfg.lm_eval is None:
-        return None
-    from bakeoff.judge import lmeval
-
-    base = (baseline or {}).get("lm_eval")
-    runs = [a["lm_eval"] for a in (baseline or {}).get("launch_answers") or [] if a.get("lm_eval")]
-    if base and runs:  # documents the baseline answered otherwise on a relaunch: not a reference
-        base = {**base, "unstable_docs": {task: sorted(unstable_items({d: bool(v[0]) for d, v in got["docs"].items()},
-                                                                      [r.get(task) or {} for r in runs]))
-                                          for task, got in (base.get("tasks") or {}).items()}}
-    return lmeval.check(collected["lm_eval"], base, cfg.lm_eval, values)
-
-
-def _name(finding: str) -> str:
-    return finding.split(":")[0]
-
-
-def _baseline_detectors(base_res: dict, mode: str, pid: str, expect_logprobs: bool) -> set[str]:
-    """Detectors that fire on the baseline's own reply to the same prompt (any copy of it)."""
-    root = pid.split("#")[0]
-    same = [base_res.get(mode, {}).get(pid), base_res.get("single", {}).get(root)]
-    return {_name(f) for r in same if r is not None for f in detect(r, expect_logprobs=expect_logprobs)}
+# The judge's checks, in order (``judge``): the first finding decides.
+CHECKS = (detectors.check, content.check, floors.check, differential.check, tasks.check, gate.check, concurrent.check,
+          sampled_path.check, lm_eval_gate.check)
 
 
 def _summary(values: dict) -> str:
@@ -1420,6 +573,8 @@ def results_to_json(collected: dict, bench_levels: list[dict] | None = None) -> 
     }
     if collected.get("lm_eval"):
         out["lm_eval"] = collected["lm_eval"]
+    if collected.get("sampled"):
+        out["sampled"] = {k: asdict(r) for k, r in collected["sampled"].items()}
     if bench_levels is not None:
         out["bench"] = [{**{k: lv.get(k) for k in ("level", "lens", "repeats")},
                          **({"replies": lv["replies"]} if lv.get("replies") else {})} for lv in bench_levels]
@@ -1439,4 +594,5 @@ def results_from_json(data: dict, prompt_set: str) -> dict:
         "anchored": {m: {p: [(k, Result(**r)) for k, r in conts] for p, conts in items.items()}
                      for m, items in (data.get("anchored") or {}).items()},
         "results": {m: {k: Result(**r) for k, r in items.items()} for m, items in data["results"].items()},
+        "sampled": {k: Result(**r) for k, r in (data.get("sampled") or {}).items()},
     }

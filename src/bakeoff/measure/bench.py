@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 from bakeoff import progress
 from bakeoff.measure.client import Result, chat_body, detokenize, new_session, stream_request, tokenize_ids
 from bakeoff.judge.bench_replies import compact, compare_level, judge_level
-from bakeoff.judge.probes import detect
+from bakeoff.judge.checks.detectors import detect
 from bakeoff.spec import Bench
 
 WORDS = (

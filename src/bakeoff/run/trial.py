@@ -19,6 +19,7 @@ from bakeoff import progress
 from bakeoff.measure import bench
 from bakeoff.measure.power import EnergyMeter
 from bakeoff.judge import lmeval, probes
+from bakeoff.judge.checks import sampled as sampled_path
 from bakeoff.run.engines.base import Engine, LaunchContext
 from bakeoff.errors import InfraError, LaunchError
 from bakeoff.run.hosts.base import Handle, Host, PathEdit
@@ -179,7 +180,8 @@ class TrialRunner:
               lm_eval_dir: Path | None = None) -> tuple[probes.ProbeOutcome, dict]:
         """Run the probe set in every mode (the benchmark's shape included) and judge it: the
         absolute floors always, the baseline's answers when given (teacher-forcing the trial on
-        them after each near-tie). ``role`` ``baseline``: floors failing is ``baseline_below_floor``.
+        them after each near-tie), the sampled path when an axis may change sampling
+        (``probes.sampled``). ``role`` ``baseline``: floors failing is ``baseline_below_floor``.
         When those pass and the spec has ``[probes.lm_eval]``, lm_eval runs its tasks too (its
         files in ``lm_eval_dir``) and the judgement includes its gate; lm_eval failing to run
         raises LmEvalError (an infrastructure fault, not a verdict)."""
@@ -190,7 +192,8 @@ class TrialRunner:
                                           ctx_size=_ctx_size(self.spec.server.args), timeout_s=self.spec.server.request_timeout_s,
                                           expect_logprobs=self.engine.supports_logprobs, bench=self.spec.bench, baseline=baseline,
                                           thinking=self.spec.server.thinking, thinking_room=self.spec.server.thinking_room,
-                                          templated_prompt=self.engine.templated_prompt)
+                                          templated_prompt=self.engine.templated_prompt,
+                                          sampled=sampled_path.wanted(cfg.sampled, self.spec.engine, self.spec.axes))
         outcome = probes.judge(collected, cfg, baseline, expect_logprobs=self.engine.supports_logprobs, role=role)
         if outcome.passed and cfg.lm_eval is not None:
             self.progress("lm_eval", ", ".join(cfg.lm_eval.tasks))
