@@ -69,7 +69,7 @@ class Machine:
         return [100 * math.exp(effect + shift + noise(self.rng, self.s, self.tails)) for _ in range(self.n)]
 
 
-def one(m: Machine, effect: float, resolve: float, budget: int) -> tuple[str, str, int, int]:
+def one(m: Machine, effect: float, resolve: float, budget: int, order_effect: float = 0.0) -> tuple[str, str, int, int]:
     """(today's call, the race's call, today's launches, the race's launches) for one comparison."""
     base = [m.launch(t, 0.0) for t in (0, SWEEP // 3, 2 * SWEEP // 3, SWEEP)]
     trial = m.launch(m.rng.randint(1, SWEEP - 1), effect)
@@ -81,9 +81,9 @@ def one(m: Machine, effect: float, resolve: float, budget: int) -> tuple[str, st
         return fixed, fixed, 5, 5
     race, t = Race.start("b", ["t"], resolve, budget), SWEEP
     while keys := race.next_launches():
-        for k in keys:
+        for i, k in enumerate(keys):  # the launch second in its block gains ``order_effect`` (log)
             t += 1
-            race.record(k, {"samples": m.launch(t, effect if k == "t" else 0.0)})
+            race.record(k, {"samples": m.launch(t, (effect if k == "t" else 0.0) + (order_effect if i else 0.0))})
     state = race.status()["t"]
     call = "equivalent" if state == "equivalent" else race.paired("t").ratio().call
     return fixed, call if state != "unresolved" else f"unresolved:{call}", 5, 5 + race.launches()
@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="instead of --models: each comparison's machine has a block sd drawn uniformly from LO-HI (log)")
     ap.add_argument("--alphas", type=float, nargs="+", default=[race_mod.ALPHA],
                     help=f"the race's error rate over its looks (race.ALPHA, default {race_mod.ALPHA})")
+    ap.add_argument("--order-effect", type=float, default=0.0,
+                    help="what launching second in a block adds to a launch's mean log (an order effect; default 0)")
     ap.add_argument("--no-header", dest="header", action="store_false")
     ap.add_argument("--models", nargs="+", default=list(MODELS), help="noise models (default: all)")
     ap.add_argument("--block-sd", type=float, nargs="+", default=[], help="instead of --models: machines given by the "
@@ -136,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
                 for a, b in designs:
                     rng.setstate(state)  # every design sees the same screening round
                     race_mod.ALPHA = a
-                    fixed, raced, lf, lr = one(Machine(rng, sl, s, n, drift, args.tails), effect, args.resolve, b)
+                    fixed, raced, lf, lr = one(Machine(rng, sl, s, n, drift, args.tails), effect, args.resolve, b,
+                                                 args.order_effect)
                     rows[f"race a={a:g}, {b} extra"].append((raced, lr))
                 rows["fixed (today)"].append((fixed, lf))
             for design, out in rows.items():
