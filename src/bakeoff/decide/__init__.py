@@ -22,8 +22,8 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
-from bakeoff.decide.race import Race, looks
-from bakeoff.decide.stats import (CONFIDENCE, MIN_LAUNCHES, POWER, LaunchNoise, Ratio, blocks_needed, launch_noise, mde,
+from bakeoff.decide.race import Race, final_alpha
+from bakeoff.decide.stats import (MIN_LAUNCHES, POWER, LaunchNoise, Ratio, blocks_needed, launch_noise, mde,
                                   mean_interval, ratio_interval, ratio_vs_launches, relative_half_width, _logs)
 from bakeoff.plan import Planned
 from bakeoff.store import CORRECT, Store, TrialRecord, spec_table
@@ -279,9 +279,9 @@ def resolution(spec: dict, trials: list[TrialRecord], noise: LaunchNoise | None,
     screening = math.expm1(mde(se, df))
     budget = bench["max_extra_launches"]
     sd_block = math.sqrt(2 * var_launch)
-    blocks = blocks_needed(sd_block, target, (1 - CONFIDENCE) / len(looks(budget // 2))) if sd_block > 0 else 2
-    if blocks > budget // 2:  # a larger budget looks more often: each look spends less
-        blocks = blocks_needed(sd_block, target, (1 - CONFIDENCE) / len(looks(blocks)))
+    blocks = blocks_needed(sd_block, target, final_alpha(budget // 2)) if sd_block > 0 else 2
+    if blocks > budget // 2:  # a larger race spends its α over other looks: its last one's α differs
+        blocks = blocks_needed(sd_block, target, final_alpha(blocks))
     out = {"screening_mde": screening, "power": POWER, "launches": launches, "requests": requests,
            "target": race.resolve if race is not None else target, "blocks_to_resolve": blocks}
     cost = (f"resolving {_pct(target)} would take about {2 * blocks} more launches per contender "

@@ -6,8 +6,19 @@ one's (the baseline's own band counts as its interval), plus the baseline itself
 in blocks: one launch of the baseline and one of each contender still racing, side by side in
 time, the order reversed every other block (ABBA…), so that a machine whose speed drifts moves
 both sides of a block alike. Each contender is compared with the baseline *within* each block
-(``stats.Paired``). The race looks at the blocks on a fixed geometric schedule (``LOOKS``), each
-look spending α / (number of looks) of the error rate, and settles a contender at a look as:
+(``stats.Paired``). The race looks at the blocks on a fixed geometric schedule (``looks``) and
+spends its error rate ``ALPHA`` (two-sided, over the whole race) across the looks by Lan and
+DeMets' O'Brien–Fleming-like spending function α(t) = 2 − 2Φ(z_{1−α/2}/√t) of the information
+fraction t = blocks / max_blocks (``stats.spent``): the look at 2 of 16 blocks may spend about
+10⁻¹⁰, the one at 10 of 16 about 0.003, and the bounds are computed from the looks' exact joint
+law (``stats.look_alphas``), so the last look's nominal α stays close to ALPHA (0.015 of 0.02 at
+16 blocks) — not ALPHA / looks (0.003) as a Bonferroni split would give. A call of
+"faster" or "slower" at look k needs the interval at that look's nominal α to exclude 1; the
+equivalence (TOST) uses the same nominal α for each of its one-sided tests. Early looks thus
+stop only a difference far beyond the noise; the measurement goes where the decision is.
+``ALPHA`` = 0.02 and the default budget (``bench.max_extra_launches``) were chosen by
+bench/resolve_sim.py under the block noise measured on real machines (bench/README.md).
+A contender is settled at a look as:
 
 * ``equivalent``: within ±resolve of the baseline by two one-sided tests (TOST);
 * ``behind``: its interval lies below the best one's (clearly slower: dropped);
@@ -24,8 +35,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from bakeoff.decide.stats import Paired, Ratio, block_diffs
+from bakeoff.decide.stats import Paired, Ratio, block_diffs, look_alphas
 
+ALPHA = 0.02  # the race's error rate over all its looks, two-sided (bench/README.md, "The race": chosen there)
 SETTLED = ("equivalent", "behind", "better", "resolved", "unresolved", "failed")
 
 
@@ -37,6 +49,13 @@ def looks(max_blocks: int) -> list[int]:
         out.append(b)
         b = max(b + 1, math.ceil(b * 1.4))
     return out + [max_blocks] if max_blocks >= 2 else out
+
+
+def final_alpha(max_blocks: int) -> float:
+    """The nominal α of the last look of a race of ``max_blocks`` blocks (``ALPHA`` spent over
+    its looks): what a race of that size resolves at."""
+    schedule = looks(max(2, max_blocks))
+    return look_alphas(tuple(b / schedule[-1] for b in schedule), ALPHA)[-1]
 
 
 def contenders(ratios: dict[str, Ratio], tie_band: float) -> list[str]:
@@ -101,7 +120,16 @@ class Race:
                  for b in self.complete() if key in b["runs"]
                  and b["runs"][key].get("name") == b["runs"][self.base_key].get("name")][:upto]  # the same figure
         return Paired(block_diffs([p[0] for p in pairs], [p[1] for p in pairs]), len(looks(self.max_blocks)),
-                      self.resolve, self.higher_is_better)
+                      self.resolve, self.higher_is_better, confidence=1 - ALPHA,
+                      look_alpha=self.look_alpha(len(pairs)), final_alpha=self.look_alpha(self.max_blocks))
+
+    def look_alpha(self, blocks: int) -> float:
+        """The nominal α of the look at ``blocks`` blocks (the last look reached before it when
+        ``blocks`` falls between looks; the first look's below it): ``stats.look_alphas``."""
+        schedule = looks(self.max_blocks)
+        alphas = look_alphas(tuple(b / self.max_blocks for b in schedule), ALPHA)
+        i = max((i for i, b in enumerate(schedule) if b <= blocks), default=0)
+        return alphas[i]
 
     def failed(self, key: str) -> str | None:
         return next((r["failed"] for b in self.blocks if (r := b["runs"].get(key)) and r.get("failed")), None)

@@ -51,7 +51,7 @@ class Ratio:
             return f"{self.ratio:.2f}x (no interval: {min(self.n_trial, self.n_base)} run(s))"
         launches = f" in {self.base_launches} launches" if self.base_launches > 1 else ""
         if self.blocks:
-            return f"{self.ratio:.2f}x (race-wide 95 % CI {self.lo:.2f}–{self.hi:.2f}, {self.blocks} paired launches each)"
+            return f"{self.ratio:.2f}x (race-wide 98 % CI {self.lo:.2f}–{self.hi:.2f}, {self.blocks} paired launches each)"
         return (f"{self.ratio:.2f}x (95 % CI {self.lo:.2f}–{self.hi:.2f}, "
                 f"{self.n_trial} vs {self.n_base} runs{launches})")
 
@@ -224,15 +224,19 @@ class Paired:
 
     The machine's drift moves both launches of a block alike and cancels in the difference; what
     is left is two launches' noise, which the blocks' own spread measures (Student's t, blocks − 1
-    degrees of freedom). The race looks at the blocks after each one, up to ``looks`` times, so
-    each look spends α/looks (Bonferroni): a false "faster" over the whole race stays ≤ α however
-    early it stops. ``resolve``: the margin of equivalence (±, a fraction)."""
+    degrees of freedom). The race looks at the blocks up to ``looks`` times and sets each look's
+    ``look_alpha`` from its α-spending function (``look_alphas``; bakeoff.decide.race), so that a
+    false "faster" or "slower" over the whole race stays ≤ α however early it stops; without
+    ``look_alpha`` each look spends α/looks (Bonferroni). ``resolve``: the margin of equivalence
+    (±, a fraction)."""
 
     diffs: tuple[float, ...]
     looks: int
     resolve: float
     higher_is_better: bool = True
     confidence: float = CONFIDENCE
+    look_alpha: float | None = None  # this look's nominal α from a spending function (``look_alphas``)
+    final_alpha: float | None = None  # the last look's: what "could resolve" is stated at (else ``alpha``)
 
     @property
     def blocks(self) -> int:
@@ -240,7 +244,10 @@ class Paired:
 
     @property
     def alpha(self) -> float:
-        """The error rate one look may spend."""
+        """The (two-sided, nominal) error rate of this look: ``look_alpha`` when the race's
+        spending function set it, else α / looks (Bonferroni)."""
+        if self.look_alpha is not None:
+            return self.look_alpha
         return (1 - self.confidence) / max(self.looks, 1)
 
     @property
@@ -256,7 +263,9 @@ class Paired:
         if self.sd is None:
             return None
         a = self.alpha if two_sided_alpha is None else two_sided_alpha
-        return _t_quantile(1 - a / 2, self.blocks - 1) * self.sd / math.sqrt(self.blocks)
+        # an early look's α can be ~1e-15: Student's t with few degrees of freedom is then
+        # astronomically wide; capped (log 50: the interval is everything) so it stays a number
+        return min(_t_quantile(1 - a / 2, self.blocks - 1) * self.sd / math.sqrt(self.blocks), 50.0)
 
     def ratio(self) -> Ratio:
         """The contender's ratio to the baseline with this look's interval (a ``Ratio``: the same
@@ -278,14 +287,17 @@ class Paired:
 
     def resolvable(self, power: float = POWER) -> float | None:
         """The smallest difference (a fraction) these blocks detect with ``power``: (t_{1−α/2} +
-        t_power) · sd / √blocks, on logs."""
+        t_power) · sd / √blocks, on logs (α: the last look's when the race's spending set it)."""
         if self.sd is None:
             return None
-        return math.expm1(mde(self.sd / math.sqrt(self.blocks), self.blocks - 1, self.alpha, power))
+        a = self.alpha if self.final_alpha is None else self.final_alpha
+        return math.expm1(min(mde(self.sd / math.sqrt(self.blocks), self.blocks - 1, a, power), 50.0))
 
     def blocks_to_resolve(self, power: float = POWER, cap: int = 10_000) -> int | None:
-        """How many blocks in all would resolve ``resolve`` with ``power`` at this spread."""
-        return blocks_needed(self.sd, self.resolve, self.alpha, power, cap) if self.sd else None
+        """How many blocks in all would resolve ``resolve`` with ``power`` at this spread (at the
+        last look's α when the race's spending set it)."""
+        a = self.alpha if self.final_alpha is None else self.final_alpha
+        return blocks_needed(self.sd, self.resolve, a, power, cap) if self.sd else None
 
 
 def mde(se: float, df: float, alpha: float = 1 - CONFIDENCE, power: float = POWER) -> float:
@@ -319,4 +331,59 @@ def block_diffs(base: list[list[float]], trial: list[list[float]]) -> tuple[floa
         lb, lt = _logs(b), _logs(t)
         if lb and lt:
             out.append(_mean(lt) - _mean(lb))
+    return tuple(out)
+
+
+# -- alpha spending over the looks (Lan-DeMets) -----------------------------------------------
+def spent(t: float, alpha: float) -> float:
+    """The error rate (two-sided) spent by information fraction ``t`` (0–1) under Lan and
+    DeMets' O'Brien–Fleming-like function α(t) = 2 − 2Φ(z_{1−α/2} / √t): almost nothing at
+    early looks, all of ``alpha`` at t = 1."""
+    if t <= 0:
+        return 0.0
+    return float(2 * stats.norm.sf(stats.norm.isf(alpha / 2) / math.sqrt(min(t, 1.0))))
+
+
+@functools.lru_cache(maxsize=256)
+def look_alphas(fractions: tuple[float, ...], alpha: float) -> tuple[float, ...]:
+    """The nominal two-sided α of each look, at the information fractions ``fractions``
+    (increasing, the last 1), such that a statistic that moves as Brownian motion in the
+    information crosses some look's bound with probability ``spent(t_k) − spent(t_{k−1})``
+    first at look k — so ``spent(1) = alpha`` over the whole race, however early it stops.
+
+    The bounds c_k come from the exact recursion of the look statistics' joint law (Armitage,
+    McPherson and Rowe): the density of the unstopped score S(t) = Z·√t on a grid, carried
+    from one look to the next by a normal kernel of variance t_k − t_{k−1}, the part beyond
+    ±c_k·√t_k removed at each look. Each look's nominal α is 2·(1 − Φ(c_k)); the race uses it
+    as the level of Student's t at that look (the usual group-sequential approximation)."""
+    import numpy as np
+
+    grid = np.linspace(-8.0, 8.0, 1601)
+    h = grid[1] - grid[0]
+    out, prev_t, prev_spent, dens = [], 0.0, 0.0, None
+    for t in fractions:
+        target = spent(t, alpha) - prev_spent
+        dt = t - prev_t
+        if dens is None:
+            f = stats.norm.pdf(grid, scale=math.sqrt(dt))
+        else:
+            kernel = stats.norm.pdf(grid[:, None] - grid[None, :], scale=math.sqrt(dt))
+            f = kernel @ dens * h
+        # cumulative mass beyond |s| >= c·√t, as c grows: solve for the c that leaves ``target``
+        sd = math.sqrt(t)
+
+        def beyond(c: float) -> float:
+            return float(f[np.abs(grid) >= c * sd].sum() * h)
+
+        lo, hi = 0.0, 8.0 / sd
+        if target <= 0 or beyond(hi) > target:
+            c = hi
+        else:
+            for _ in range(60):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if beyond(mid) > target else (lo, mid)
+            c = hi
+        out.append(float(2 * stats.norm.sf(c)))
+        dens = np.where(np.abs(grid) < c * sd, f, 0.0)
+        prev_t, prev_spent = t, spent(t, alpha)
     return tuple(out)
