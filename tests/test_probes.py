@@ -788,3 +788,26 @@ def test_a_chat_whose_turns_do_not_pair_is_a_spec_error(tmp_path):
     f.write_text('[[prompt]]\nid = "c"\ntext = "and?"\nturns = ["only the user"]\n')
     with pytest.raises(probes.ProbeSetError, match=r"prompt 'c': `turns` must be pairs of non-empty strings"):
         probes.load_prompt_set(str(f))
+
+
+def test_long_request_budget_follows_the_servers_own_pace():
+    """The long document's request may take LONG_SLACK times what the server's own single replies
+    predict (a loaded 2-core machine prefilled 3.4k tokens at ~31 tok/s: past a fixed 120 s, and the
+    baseline was called wrong for the probe's clock); never below request_timeout_s, capped."""
+    from bakeoff.measure.client import Result
+
+    def single(prompt, ttft, n, decode_s):
+        return Result(start=0.0, first_token=ttft, last_token=ttft + decode_s, end=ttft + decode_s, text="x" * n,
+                      prompt_tokens=prompt, completion_tokens=n)
+
+    slow = {"a": single(40, 1.3, 33, 3.2), "b": single(60, 1.9, 17, 1.6)}  # ~31 tok/s prefill, ~10 tok/s decode
+    budget = probes.long_timeout(slow, 3400, 64, 120)
+    expected = probes.LONG_SLACK * (3400 / (40 / 1.3) + 64 / 10)
+    assert budget == pytest.approx(expected, rel=0.01) and budget > 120
+    fast = {"a": single(40, 0.01, 33, 0.05)}
+    assert probes.long_timeout(fast, 3400, 64, 120) == 120  # a fast server keeps the configured floor
+    assert probes.long_timeout({}, 3400, 64, 120) == 120  # nothing measured: the floor
+    failed = {"a": Result(error="HTTP 500")}
+    assert probes.long_timeout(failed, 3400, 64, 120) == 120
+    crawl = {"a": single(40, 400.0, 3, 100.0)}
+    assert probes.long_timeout(crawl, 100000, 64, 120) == probes.LONG_CAP_S

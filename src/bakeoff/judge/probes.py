@@ -138,8 +138,16 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
         if long_cfg:
             progress.note("the long document (near the served context)")
             texts["long"] = await _long_prompts(session, base_url, long_cfg, cfg, ctx_size, info)
-            for key, text in texts["long"].items():
-                out["long"][key] = await stream_request(session, url, body(text, cfg.long_max_tokens))
+            long_s = long_timeout(out["single"], (info.get("long_context") or {}).get("prompt_tokens")
+                                  or max(len(t) for t in texts["long"].values()) // 3, cfg.long_max_tokens, timeout_s)
+            info["long_context"]["timeout_s"] = round(long_s)
+            async with new_session(timeout_s=long_s) as long_session:
+                for key, text in texts["long"].items():
+                    r = await stream_request(long_session, url, body(text, cfg.long_max_tokens))
+                    if r.error and "Timeout" in r.error.split(":")[0]:
+                        r.error += (f" (no reply within {long_s:.0f} s: {LONG_SLACK:g}x what this server's own single "
+                                    "replies took per token, at least server.request_timeout_s)")
+                    out["long"][key] = r
             if _unexcusable(out["long"], expect_logprobs):
                 return collected
         if cfg.concurrency:
@@ -179,8 +187,36 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
             info.setdefault("checks_not_run", []).append(sampled_path.NO_LOGPROBS)
         if baseline is not None and expect_logprobs and cfg.max_reanchors:
             progress.note("teacher forcing the near-tie divergences")
-            collected["anchored"] = await _teacher_force(session, base_url, model, cfg, collected, baseline, info, recipe)
+            long_s = (info.get("long_context") or {}).get("timeout_s") or 0
+            async with new_session(timeout_s=max(timeout_s, long_s)) as tf_session:  # long prompts are forced too
+                collected["anchored"] = await _teacher_force(tf_session, base_url, model, cfg, collected, baseline, info, recipe)
     return collected
+
+
+LONG_SLACK = 4.0  # the long request's time budget over what the server's own single replies predict
+LONG_CAP_S = 3600.0
+
+
+def long_timeout(single: dict[str, Result], prompt_tokens: int, max_tokens: int, floor_s: float) -> float:
+    """The time a long-document request may take: ``LONG_SLACK`` times what this server's own
+    single replies predict for its prompt and answer (each side at the slowest rate seen: a
+    short prompt's time to first token is mostly overhead, so the prefill rate is underestimated
+    and the budget generous), never below ``floor_s`` (``server.request_timeout_s``) nor above
+    an hour. A server that stays this far behind its own pace is hung; one that is merely slow
+    on a loaded machine is not called wrong for the probe's own clock."""
+    prefill, decode = [], []
+    for r in single.values():
+        if not r.ok or r.first_token is None:
+            continue
+        ttft = max(r.first_token - r.start, 1e-3)
+        prefill.append((r.prompt_tokens or max(1, len(r.text) // 4)) / ttft)
+        n = r.completion_tokens or len(r.chunk_times)
+        if r.last_token is not None and n > 1 and r.last_token > r.first_token:
+            decode.append((n - 1) / (r.last_token - r.first_token))
+    if not prefill:
+        return floor_s
+    need = prompt_tokens / min(prefill) + (max_tokens / min(decode) if decode else 0.0)
+    return max(floor_s, min(LONG_CAP_S, LONG_SLACK * need))
 
 
 def _cycle(prompts: list[Prompt]):
