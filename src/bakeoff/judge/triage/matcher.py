@@ -139,6 +139,8 @@ class _Causes:
     recovered: re.Pattern[str] | None  # a line saying the engine coped: not evidence
     retry: re.Pattern[str] | None  # a line saying it retries: neither it nor the few lines before are evidence
     retry_within: int
+    gave_up: re.Pattern[str] | None  # a line saying the retries ran out: the retried error stands
+    went_on: re.Pattern[str] | None  # a line saying the engine went on (loaded, serving): earlier errors were not fatal
     classes: dict  # token class name -> compiled regex
     gate: tuple[str, ...]  # lowercase words one of which every line a shape can match contains
     phases: tuple = ()  # (phase name, regex of the lines that announce it), in file order
@@ -196,7 +198,8 @@ def _load(rules_dir: str, user_dir: str | None = None) -> _Causes:
         files = merge_causes(files, [])
     try:
         classes = _compile_classes(common)
-        filters = [_union(common.benign), _union(common.recovered), _union(common.retry)]
+        filters = [_union(common.benign), _union(common.recovered), _union(common.retry),
+                   _union(common.gave_up), _union(common.went_on)]
         phases = tuple((name, _union(pats)) for name, pats in common.phases.items())
     except re.error as err:
         where = f"{rules_dir}/_common.toml" + (f" or {user_dir}/_common.toml" if user_dir else "")
@@ -218,6 +221,8 @@ def _load(rules_dir: str, user_dir: str | None = None) -> _Causes:
         recovered=filters[1],
         retry=filters[2],
         retry_within=3 if common.retry_within is None else common.retry_within,
+        gave_up=filters[3],
+        went_on=filters[4],
         classes=classes,
         gate=tuple(w.lower() for w in common.shape_gate),
         phases=phases,
@@ -338,13 +343,34 @@ def _tail_evidence(text: str, n: int = 5, errors_first: bool = True) -> list[str
     return [f"L{k}: {_clip(t)}" for k, t in numbered[-n:]]
 
 
+_GAVE_UP_WITHIN = 20  # lines after a retried error in which "the retries ran out" makes it stand
+_REPEAT_WITHIN = 20  # lines before an error in which the same message, retried, makes it a retry too
+_PREFIX = re.compile(r"^.{0,120}?\]\s+(?=\S)")  # a log prefix ("(pid=1) ERROR 01-01 00:00:00 [x.py:4] ")
+
+
+def _message(line: str) -> str:
+    """A line's message without its log prefix and numbers: the same error logged again has the same one."""
+    m = _PREFIX.match(line)
+    return re.sub(r"\d+", "#", line[m.end():] if m else line).strip()[:160]
+
+
 class _Filter:
-    """Is a line evidence at all? Warnings, benign lines, lines saying the engine coped, and the
-    lines just before a retry are not."""
+    """Is a line evidence at all? Warnings, benign lines, lines saying the engine coped, the lines
+    of a retried operation (unless the retries ran out), and errors the engine went on after are not.
+
+    What the engine did next is structure, not vocabulary: an error followed by a retry (or the
+    same message repeated after a retried one) is a probe until a line says the retries ran out
+    (``gave_up``); an error followed later by the engine going on (``went_on``: weights loaded,
+    server listening, requests served) did not stop it, so it is not the failure's cause."""
 
     def __init__(self, causes: _Causes, lines: _Lines):
         self.c, self.lines = causes, lines
         self._retry_cache: dict[int, bool] = {}
+        self._went_on_at: int | None = None
+        if causes.went_on is not None:
+            for r0, r1 in _regions(lines.text, _PATTERN_SPAN):
+                for m in causes.went_on.finditer(lines.text, r0, r1):
+                    self._went_on_at = m.start()
 
     def excluded(self, rule: Rule, start: int, line: str) -> bool:
         c = self.c
@@ -354,6 +380,8 @@ class _Filter:
             return True
         if c.recovered is not None and c.recovered.search(line):
             return True
+        if self._went_on_at is not None and start < self.lines.bounds(self._went_on_at)[0]:
+            return True
         return self._retried(start, line)
 
     def _warning(self, line: str) -> bool:
@@ -362,15 +390,29 @@ class _Filter:
         m = self.c.warning.search(line)
         return m is not None and self.c.error_level.search(line, m.end()) is None
 
-    def _retried(self, start: int, line: str) -> bool:
-        if self.c.retry is None:
-            return False
+    def _retried_here(self, start: int, line: str) -> bool:
+        """The line or one of the few after it says the operation is retried."""
         hit = self._retry_cache.get(start)
         if hit is None:
             _, end = self.lines.bounds(start)
             around = [line, *self.lines.after(end, self.c.retry_within)]
             hit = any(self.c.retry.search(t) for t in around)
             self._retry_cache[start] = hit
+        return hit
+
+    def _retried(self, start: int, line: str) -> bool:
+        if self.c.retry is None:
+            return False
+        hit = self._retried_here(start, line)
+        if not hit:
+            # the last attempt of a retried operation logs the same message without "retrying"
+            msg = _message(line)
+            hit = len(msg) >= 20 and any(
+                _message(t) == msg and self._retried_here(s, t) for s, t in self.lines.before(start, _REPEAT_WITHIN))
+        if hit and self.c.gave_up is not None:
+            _, end = self.lines.bounds(start)
+            if any(self.c.gave_up.search(t) for t in self.lines.after(end, _GAVE_UP_WITHIN)):
+                return False
         return hit
 
 
