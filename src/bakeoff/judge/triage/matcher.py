@@ -373,14 +373,14 @@ class _Filter:
                     self._went_on_at = m.start()
 
     def excluded(self, rule: Rule, start: int, line: str, at: int = 0) -> bool:
-        """``at``: where on the line the rule matched. A benign phrase ("potential root causes")
-        makes what follows it speculation; a finding before it on the same line still counts."""
+        """``at``: where on the line the rule's match ends. A benign phrase ("potential root causes")
+        makes what follows it speculation; a finding wholly before it on the same line still counts."""
         c = self.c
         if not rule.match_warnings and self._warning(line):
             return True
         if c.benign is not None:
             b = c.benign.search(line)
-            if b is not None and b.start() <= at:
+            if b is not None and b.start() < at:
                 return True
         if c.recovered is not None and c.recovered.search(line):
             return True
@@ -487,7 +487,7 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> dict[Rule, list[int]
                         before = lines.before(start, 1)
                         prev = before[0][1] if before else ""
                     if _shape_ok(rule, causes.classes, line, (m.start(), m.end()), prev):
-                        if not filt.excluded(rule, start, line, m.start()):
+                        if not filt.excluded(rule, start, line, m.end()):
                             at.append(start)
                         break
         hits = {r: ss for r, ss in hits.items() if ss}
@@ -509,7 +509,7 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> dict[Rule, list[int]
                 start, end = lines.bounds(m.start())
                 pos = end + 1
                 line = text[start:end]
-                if start in got or filt.excluded(rule, start, line, m.start() - start):
+                if start in got or filt.excluded(rule, start, line, m.end() - start):
                     continue
                 if rule.not_regex is not None and rule.not_regex.search(line):
                     continue
