@@ -425,6 +425,16 @@ def test_score_script_scores_a_directory(tmp_path):
                  "'/tmp/a.ptx']' returned non-zero exit status 255.", "jit_compile", id="triton-ptxas"),
     pytest.param("triton.runtime.errors.PTXASError: PTXAS error: Internal Triton PTX codegen error", "jit_compile",
                  id="triton-ptxaserror"),
+    # from the source of vLLM's config checks: a value not among the choices, a parallel size over the GPUs
+    pytest.param("ValueError: Unknown quantization method: awqx. Must be one of ['awq', 'gptq'].", "bad_args",
+                 id="value-choices"),
+    pytest.param("ValueError: World size (4) is larger than the number of available GPUs (2) in this node.",
+                 "bad_args", id="world-size-over-gpus"),
+    pytest.param("ValueError: Tensor parallel size (4) cannot be larger than the number of available GPUs (2).",
+                 "bad_args", id="tp-over-gpus"),
+    # from the source of clap and of engines' own flag checks: a constraint on an option as typed
+    pytest.param("error: the argument '--port <PORT>' cannot be used multiple times", "bad_args", id="clap-twice"),
+    pytest.param("ValueError: --tensor-parallel-size must be a power of two", "bad_args", id="flag-constraint"),
 ])
 def test_round3_classes_from_the_sources(line, cause):
     assert classify(line + "\n", exit_code=1).cause == cause
@@ -444,6 +454,13 @@ def test_round3_classes_from_the_sources(line, cause):
     ("torch.OutOfMemoryError: CUDA out of memory; the worker was killed", "oom_gpu"),
     # a refusal tied to the GPU is an architecture's, not the backend choice's
     ("ValueError: FP8 attention is only supported for the FLASHINFER backend on sm_90", "arch_unsupported"),
+    # ... and one tied to a platform is about the build
+    ("ValueError: FlashInfer backend is only supported for CUDA backend", "unknown"),
+    # a compiler refusing its own command line is no flag of ours
+    ("c++: error: unrecognized command line option '-std=c++20'", "unknown"),
+    ("gcc: error: unrecognized command-line option '-mavx512fp16'", "jit_compile"),
+    # a choice list for a GPU architecture is the GPU's
+    ("OpError: expects arch to be one of ['sm_100a', 'sm_103a'], but got sm_120a", "arch_unsupported"),
 ])
 def test_round3_lookalikes_name_nothing_wrong(line, cause):
     assert classify(line + "\n", exit_code=1).cause == cause
@@ -452,8 +469,9 @@ def test_round3_lookalikes_name_nothing_wrong(line, cause):
 def test_an_error_the_engine_went_on_after_is_no_failure():
     err = "ERROR 02-02 14:28:39 [loader.py:47] Failed to load the model weights from the hub cache\n"
     assert find_cause(err).cause == "model_load"
-    went_on = err + "INFO 02-02 14:29:01 [loader.py:90] Loading weights took 21.3 seconds\n"
-    assert find_cause(went_on) is None
+    # one worker's "weights loaded" says nothing of the rank that failed: only server-wide lines count
+    one_rank = err + "(Worker rank=1) INFO 02-02 14:29:01 [loader.py:90] Loading weights took 21.3 seconds\n"
+    assert find_cause(one_rank).cause == "model_load"
     started = err + "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)\n"
     assert find_cause(started) is None
     # an error after the engine went on still counts
@@ -485,6 +503,14 @@ def test_a_benign_phrase_makes_only_what_follows_it_speculation():
     # a finding before the phrase on the same line still counts
     line = "Task was killed due to the node running low on memory. There are some potential root causes.\n"
     assert find_cause(line).cause == "killed"
+
+
+def test_a_readiness_setting_is_no_timeout():
+    assert find_cause("2025-01-01 10:00:00 router: Waiting for worker health check, timeout: 300s\n") is None
+    pending = "[Router] Worker http://w:31000 health check is pending with error: error sending request\n"
+    assert classify(pending).cause == "startup_timeout"
+    # the worker became healthy afterwards: the pending checks were the start-up, not a failure
+    assert find_cause(pending + "[Router] All workers are healthy\n") is None
 
 
 def test_a_4xx_answered_to_a_client_is_no_failure():
