@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 import signal as _signal
@@ -140,7 +141,7 @@ class _Causes:
     retry: re.Pattern[str] | None  # a line saying it retries: neither it nor the few lines before are evidence
     retry_within: int
     gave_up: re.Pattern[str] | None  # a line saying the retries ran out: the retried error stands
-    went_on: re.Pattern[str] | None  # a line saying the engine went on (loaded, serving): earlier errors were not fatal
+    went_on: tuple  # (regex, literal prefix) of lines saying the engine went on (serving): earlier errors were not fatal
     classes: dict  # token class name -> compiled regex
     gate: tuple[str, ...]  # lowercase words one of which every line a shape can match contains
     phases: tuple = ()  # (phase name, regex of the lines that announce it), in file order
@@ -199,7 +200,7 @@ def _load(rules_dir: str, user_dir: str | None = None) -> _Causes:
     try:
         classes = _compile_classes(common)
         filters = [_union(common.benign), _union(common.recovered), _union(common.retry),
-                   _union(common.gave_up), _union(common.went_on)]
+                   _union(common.gave_up), tuple((re.compile(p, re.M), _literal_prefix(p)) for p in common.went_on)]
         phases = tuple((name, _union(pats)) for name, pats in common.phases.items())
     except re.error as err:
         where = f"{rules_dir}/_common.toml" + (f" or {user_dir}/_common.toml" if user_dir else "")
@@ -344,7 +345,6 @@ def _tail_evidence(text: str, n: int = 5, errors_first: bool = True) -> list[str
 
 
 _GAVE_UP_WITHIN = 20  # lines after a retried error in which "the retries ran out" makes it stand
-_REPEAT_WITHIN = 20  # lines before an error in which the same message, retried, makes it a retry too
 _PREFIX = re.compile(r"^.{0,120}?\]\s+(?=\S)")  # a log prefix ("(pid=1) ERROR 01-01 00:00:00 [x.py:4] ")
 
 
@@ -366,11 +366,24 @@ class _Filter:
     def __init__(self, causes: _Causes, lines: _Lines):
         self.c, self.lines = causes, lines
         self._retry_cache: dict[int, bool] = {}
-        self._went_on_at: int | None = None
-        if causes.went_on is not None:
-            for r0, r1 in _regions(lines.text, _PATTERN_SPAN):
-                for m in causes.went_on.finditer(lines.text, r0, r1):
-                    self._went_on_at = m.start()
+        self._retried_messages: set[str] = set()
+        self._any_retry: bool | None = None  # read on the first line that needs it: most logs never retry
+        self._went_on: int | None | bool = False  # False: not read yet; None: the engine never went on
+        self._gave_up_at: list[int] | None = None  # starts of the gave_up lines, read once when needed
+
+    def _went_on_line(self) -> int | None:
+        """Start of the line of the last ``went_on`` match (head and tail of a big log), or None."""
+        if self._went_on is False:
+            text, last = self.lines.text, None
+            for r0, r1 in _regions(text, _PATTERN_SPAN):
+                part = text[r0:r1] if (r0, r1) != (0, len(text)) else text
+                for rx, prefix in self.c.went_on:
+                    if prefix and prefix not in part:
+                        continue
+                    for m in rx.finditer(text, r0, r1):
+                        last = m.start() if last is None else max(last, m.start())
+            self._went_on = None if last is None else self.lines.bounds(last)[0]
+        return self._went_on
 
     def excluded(self, rule: Rule, start: int, line: str, at: int = 0) -> bool:
         """``at``: where on the line the rule's match ends. A benign phrase ("potential root causes")
@@ -384,7 +397,8 @@ class _Filter:
                 return True
         if c.recovered is not None and c.recovered.search(line):
             return True
-        if self._went_on_at is not None and start < self.lines.bounds(self._went_on_at)[0]:
+        went_on = self._went_on_line()
+        if went_on is not None and start < went_on:
             return True
         return self._retried(start, line)
 
@@ -405,19 +419,34 @@ class _Filter:
         return hit
 
     def _retried(self, start: int, line: str) -> bool:
-        if self.c.retry is None:
+        if self._any_retry is None:
+            text = self.lines.text
+            self._any_retry = self.c.retry is not None and any(
+                self.c.retry.search(text, r0, r1) is not None for r0, r1 in _regions(text, _PATTERN_SPAN))
+        if not self._any_retry:
             return False
+        msg = _message(line)
         hit = self._retried_here(start, line)
-        if not hit:
+        if hit:
+            self._retried_messages.add(msg)
+        else:
             # the last attempt of a retried operation logs the same message without "retrying"
-            msg = _message(line)
-            hit = len(msg) >= 20 and any(
-                _message(t) == msg and self._retried_here(s, t) for s, t in self.lines.before(start, _REPEAT_WITHIN))
-        if hit and self.c.gave_up is not None:
-            _, end = self.lines.bounds(start)
-            if any(self.c.gave_up.search(t) for t in self.lines.after(end, _GAVE_UP_WITHIN)):
-                return False
+            hit = len(msg) >= 20 and msg in self._retried_messages
+        if hit and self._gave_up_after(start):
+            return False
         return hit
+
+    def _gave_up_after(self, start: int) -> bool:
+        """A ``gave_up`` line within ``_GAVE_UP_WITHIN`` lines after the line at ``start``."""
+        if self.c.gave_up is None:
+            return False
+        text = self.lines.text
+        if self._gave_up_at is None:
+            self._gave_up_at = [m.start() for r0, r1 in _regions(text, _PATTERN_SPAN)
+                                for m in self.c.gave_up.finditer(text, r0, r1)]
+        _, end = self.lines.bounds(start)
+        i = bisect.bisect_right(self._gave_up_at, end)
+        return i < len(self._gave_up_at) and text.count("\n", end, self._gave_up_at[i]) < _GAVE_UP_WITHIN
 
 
 def _shape_ok(rule: Rule, classes: dict, line: str, anchor: tuple[int, int], prev: str) -> bool:
