@@ -334,6 +334,9 @@ def test_a_wrapper_logging_engine_errors_at_info_is_still_evidence():
     ("ImportError: /usr/lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by /x/model_ops.so)", "import_error"),
     # an install hint naming a flag is the import error's, not an argument's
     ("ImportError: Please install flash_attn; it requires --no-build-isolation", "import_error"),
+    # a wrapper's generic "could not load model" (its backend died) names nothing; zerolog's INF is info
+    ("8:39AM ERR [llama-cpp] Fails: could not load model: rpc error: code = Unavailable desc = EOF", "unknown"),
+    ("8:39AM INF [llama-cpp] Fails: could not load model: no such file or directory", "unknown"),
     # a waiting line is no timeout
     ("INFO: waiting for server to start (attempt 3)", "unknown"),
 ])
@@ -452,6 +455,11 @@ def test_score_script_scores_a_directory(tmp_path):
                  "weight loading.", "startup_timeout", id="vllm-engine-core-start"),
     pytest.param("TimeoutError: Server failed to start within the timeout period.", "startup_timeout",
                  id="server-start-within"),
+    # from the source of Ollama's scheduler: its runner did not start in time; a model newer than Ollama
+    pytest.param("Error: timed out waiting for llama runner to start - progress 0.00 - ", "startup_timeout",
+                 id="ollama-runner-start"),
+    pytest.param("Error: this model is not supported by your version of Ollama. You may need to upgrade",
+                 "model_load", id="ollama-model-newer"),
     # from the source of transformers' from_pretrained: the folder has no weights file
     pytest.param("OSError: Error no file named pytorch_model.bin, model.safetensors, tf_model.h5 found in directory "
                  "/models/x.", "model_load", id="transformers-no-file-named"),
@@ -490,6 +498,9 @@ def test_round3_classes_from_the_sources(line, cause):
     ("ImportError: /usr/lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by /x/model_ops.so)", "import_error"),
     # an install hint naming a flag is the import error's, not an argument's
     ("ImportError: Please install flash_attn; it requires --no-build-isolation", "import_error"),
+    # a wrapper's generic "could not load model" (its backend died) names nothing; zerolog's INF is info
+    ("8:39AM ERR [llama-cpp] Fails: could not load model: rpc error: code = Unavailable desc = EOF", "unknown"),
+    ("8:39AM INF [llama-cpp] Fails: could not load model: no such file or directory", "unknown"),
     # a waiting line is no timeout
     ("INFO: waiting for server to start (attempt 3)", "unknown"),
 ])
