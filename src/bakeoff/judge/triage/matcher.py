@@ -89,6 +89,7 @@ class Rule:
     match_warnings: bool = False
     ignore_when_timed_out: bool = False
     near: tuple[str, ...] = ()
+    gate: tuple[str, ...] = ()  # lowercase words; () = the shared shape_gate
     window: int = 80
     unless: tuple[str, ...] = ()
     context: str | None = None
@@ -174,6 +175,7 @@ def _rules_of(path: Path, f: CauseFile, classes: dict) -> list[Rule]:
         spec.setdefault("ignore_when_timed_out", bool(f.ignore_when_timed_out))
         for key in ("patterns", "not_patterns", "exit_codes", "signals", "near", "unless"):
             spec[key] = tuple(spec.get(key, ()))
+        spec["gate"] = tuple(w.lower() for w in spec.get("gate", ()))
         spec["engines"] = tuple(_norm_engine(e) if e != "*" else "*" for e in spec.get("engines", ["*"]))
         rule = Rule(cause=f.cause, **spec)
         try:
@@ -474,6 +476,11 @@ def _regions(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
     return [(0, h), (t, len(text))]
 
 
+def _gate_ok(words: tuple[str, ...], low: str) -> bool:
+    """The lowercased line holds one of the gate words (a pre-filter: a substring test per word)."""
+    return any(w in low for w in words)
+
+
 def _candidate_lines(text: str, gate: tuple[str, ...]) -> list[int]:
     """Start offsets of the lines (in the head and tail of the log) that contain a gate word:
     the only lines a shape can match. ``str.find`` per word is far faster than any regex here."""
@@ -501,16 +508,27 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> dict[Rule, list[int]
     filt = _Filter(causes, lines)
     shapes = [r for r in rules if r.near]
     if shapes:
-        for start in _candidate_lines(text, causes.gate):
+        words = tuple(dict.fromkeys([*causes.gate, *(w for r in shapes for w in r.gate)]))
+        for start in _candidate_lines(text, words):
             _, end = lines.bounds(start)
             line = text[start:end]
             if _FRAME.search(line):
                 continue
             prev = None
+            low = line.lower()
+            shared: bool | None = None  # does the line hold a shared gate word (read once, when needed)
             for rule in shapes:
                 at = hits.setdefault(rule, [])
                 if len(at) >= _EVIDENCE_HITS:
                     continue
+                if rule.gate:
+                    if not _gate_ok(rule.gate, low):
+                        continue
+                else:
+                    if shared is None:
+                        shared = _gate_ok(causes.gate, low)
+                    if not shared:
+                        continue
                 for m in causes.classes[rule.near[0]].finditer(line):
                     if prev is None:
                         before = lines.before(start, 1)

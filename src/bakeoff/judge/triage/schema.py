@@ -53,6 +53,9 @@ class RuleSpec(_Strict):
     within: int = Field(default=6, ge=1)
     match_warnings: bool = False
     near: list[str] = []
+    # words (any case) one of which a line must contain for this shape to be tried on it; without
+    # them, the shared ``shape_gate`` of _common.toml. A pre-filter only: it must never hide a match
+    gate: list[str] = []
     window: int = Field(default=80, ge=1)
     unless: list[str] = []
     context: str | None = None
