@@ -325,20 +325,6 @@ def test_a_wrapper_logging_engine_errors_at_info_is_still_evidence():
     ("ValueError: The model's max seq len (8192) is larger than the maximum number of tokens that can be stored in KV cache (4688).", "oom_gpu"),
     ("RuntimeError: KV cache needs 12 GiB but not enough memory is left for it (mem-fraction-static=0.5)", "oom_gpu"),
     ("OpError: expects arch to be one of ['sm_100a', 'sm_103a'], but got sm_120a", "arch_unsupported"),
-    # WSAEACCES (10013) is a port the OS reserves, not one in use
-    ("ERROR:    [Errno 10013] error while attempting to bind on address ('0.0.0.0', 8000): an attempt was made to "
-     "access a socket in a way forbidden by its access permissions", "unknown"),
-    # a driver, a command or a library not found is no model that is missing
-    ("RuntimeError: CUDA driver not found; the model cannot run", "unknown"),
-    ("bash: ollama: command not found", "unknown"),
-    ("ImportError: /usr/lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by /x/model_ops.so)", "import_error"),
-    # an install hint naming a flag is the import error's, not an argument's
-    ("ImportError: Please install flash_attn; it requires --no-build-isolation", "import_error"),
-    # a wrapper's generic "could not load model" (its backend died) names nothing; zerolog's INF is info
-    ("8:39AM ERR [llama-cpp] Fails: could not load model: rpc error: code = Unavailable desc = EOF", "unknown"),
-    ("8:39AM INF [llama-cpp] Fails: could not load model: no such file or directory", "unknown"),
-    # a waiting line is no timeout
-    ("INFO: waiting for server to start (attempt 3)", "unknown"),
 ])
 def test_phrasings_by_structure(line, cause):
     assert classify(line + "\n", exit_code=1).cause == cause
@@ -450,6 +436,10 @@ def test_score_script_scores_a_directory(tmp_path):
     pytest.param("error: the argument '--port <PORT>' cannot be used multiple times", "bad_args", id="clap-twice"),
     pytest.param("ValueError: --tensor-parallel-size must be a power of two", "bad_args", id="flag-constraint"),
     pytest.param("ValueError: --enable-dp-attention requires --dp-size > 1", "bad_args", id="flag-requires-flag"),
+    pytest.param("ValueError: Unknown quantization type, got gptq_v3 - supported types are: ['awq', 'gptq']", "bad_args",
+                 id="supported-types-are"),
+    # from the source of vLLM's custom-op loader: a compiled module missing, with advice to reinstall
+    pytest.param("RuntimeError: vllm._C is not available, please reinstall vLLM", "import_error", id="reinstall"),
     # from the source of vLLM's engine-core start-up wait and of launchers' readiness waits
     pytest.param("TimeoutError: Timed out waiting for engine core processes to start. This is often caused by slow "
                  "weight loading.", "startup_timeout", id="vllm-engine-core-start"),
@@ -501,6 +491,11 @@ def test_round3_classes_from_the_sources(line, cause):
     # a wrapper's generic "could not load model" (its backend died) names nothing; zerolog's INF is info
     ("8:39AM ERR [llama-cpp] Fails: could not load model: rpc error: code = Unavailable desc = EOF", "unknown"),
     ("8:39AM INF [llama-cpp] Fails: could not load model: no such file or directory", "unknown"),
+    # advice to rebuild for a GPU architecture is the architecture's
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device; rebuild from source "
+     "with TORCH_CUDA_ARCH_LIST=12.0", "arch_unsupported"),
+    # a list of supported models after an unknown one is about the model, not an argument
+    ("ValueError: Unknown architecture foo. Supported models are: ['llama', 'qwen2']", "unknown"),
     # a waiting line is no timeout
     ("INFO: waiting for server to start (attempt 3)", "unknown"),
 ])
