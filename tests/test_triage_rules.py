@@ -143,25 +143,6 @@ def test_the_phase_is_named_with_the_cause():
     assert d.cause == "oom_gpu" and d.explanation.endswith("While capturing CUDA graphs.")
 
 
-@pytest.mark.parametrize("line,cause", [
-    ("Error: No such option: --prot (Possible options: --port)", "bad_args"),
-    ("│ No such option: --tp-size                                       │", "bad_args"),
-    ("Error: Invalid value for '--dtype': 'bf61' is not one of 'auto', 'bf16'.", "bad_args"),
-    ("server: unrecognized option '--ctx'", "bad_args"),
-    ("flag provided but not defined: -prot", "bad_args"),
-    ("ValueError: Some specified arguments are not used by the HfArgumentParser: ['--tp', '2']", "bad_args"),
-    ("OSError: [WinError 10048] Only one usage of each socket address (protocol/network address/port) is normally permitted", "port_in_use"),
-    ("ERROR:    [Errno 48] error while attempting to bind on address ('0.0.0.0', 8000): address already in use", "port_in_use"),
-    ("ValueError: The checkpoint you are trying to load has model type `qwen9` but Transformers does not recognize this architecture.", "model_load"),
-    ("OSError: my-model is not a local folder and is not a valid model identifier listed on 'https://huggingface.co/models'", "model_load"),
-    ("ValueError: The model's max seq len (8192) is larger than the maximum number of tokens that can be stored in KV cache (4688).", "oom_gpu"),
-    ("RuntimeError: KV cache needs 12 GiB but not enough memory is left for it (mem-fraction-static=0.5)", "oom_gpu"),
-    ("OpError: expects arch to be one of ['sm_100a', 'sm_103a'], but got sm_120a", "arch_unsupported"),
-])
-def test_phrasings_from_other_tools(line, cause):
-    assert classify(line + "\n", exit_code=1).cause == cause
-
-
 @pytest.mark.parametrize("line", [
     "Invalid value for MAX_JOBS: 'abc', using the default 4",
     "[2025-03-11 TP0] max_total_tokens=131072 is larger than the profiled value 90000. Use the profiled value instead.",
@@ -331,8 +312,21 @@ def test_a_wrapper_logging_engine_errors_at_info_is_still_evidence():
     ("RuntimeError: FlashAttention cannot be used on Turing GPUs", "arch_unsupported"),
     ("RuntimeError: ROCm 7 no longer supports gfx906", "arch_unsupported"),
     ("AssertionError: FP8 MoE is not enabled for sm_120 yet", "arch_unsupported"),
+    ("Error: No such option: --prot (Possible options: --port)", "bad_args"),
+    ("│ No such option: --tp-size                                       │", "bad_args"),
+    ("Error: Invalid value for '--dtype': 'bf61' is not one of 'auto', 'bf16'.", "bad_args"),
+    ("server: unrecognized option '--ctx'", "bad_args"),
+    ("flag provided but not defined: -prot", "bad_args"),
+    ("ValueError: Some specified arguments are not used by the HfArgumentParser: ['--tp', '2']", "bad_args"),
+    ("OSError: [WinError 10048] Only one usage of each socket address (protocol/network address/port) is normally permitted", "port_in_use"),
+    ("ERROR:    [Errno 48] error while attempting to bind on address ('0.0.0.0', 8000): address already in use", "port_in_use"),
+    ("ValueError: The checkpoint you are trying to load has model type `qwen9` but Transformers does not recognize this architecture.", "model_load"),
+    ("OSError: my-model is not a local folder and is not a valid model identifier listed on 'https://huggingface.co/models'", "model_load"),
+    ("ValueError: The model's max seq len (8192) is larger than the maximum number of tokens that can be stored in KV cache (4688).", "oom_gpu"),
+    ("RuntimeError: KV cache needs 12 GiB but not enough memory is left for it (mem-fraction-static=0.5)", "oom_gpu"),
+    ("OpError: expects arch to be one of ['sm_100a', 'sm_103a'], but got sm_120a", "arch_unsupported"),
 ])
-def test_more_phrasings_by_structure(line, cause):
+def test_phrasings_by_structure(line, cause):
     assert classify(line + "\n", exit_code=1).cause == cause
 
 
@@ -386,3 +380,177 @@ def test_score_script_scores_a_directory(tmp_path):
     assert "expected port_in_use, got unknown" in out.stdout
     bad = subprocess.run([sys.executable, str(SCORE), str(tmp_path / "nope")], capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "not a directory" in bad.stderr
+
+
+# Round 3 (issue 27): the classes of heldout2's misses, tested with lines derived from the engines' and
+# libraries' own messages (not from issue logs). Each id says where the wording comes from.
+@pytest.mark.parametrize("line,cause", [
+    # from the source of Ollama: os.ErrNotExist reads "file does not exist"; the API's 404 text
+    pytest.param("Error: pull model manifest: file does not exist", "model_load", id="ollama-manifest"),
+    pytest.param('Error: model "llama9:70b" not found, try pulling it first', "model_load", id="ollama-not-pulled"),
+    # from the source of vLLM's multiproc executor and SGLang's scheduler watchdog
+    pytest.param("TimeoutError: RPC call to execute_model timed out.", "hang", id="vllm-rpc-timeout"),
+    pytest.param("[2025-06-01 10:00:00 TP0] Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)",
+                 "hang", id="sglang-watchdog"),
+    # from the source of readiness waiters (wrappers, routers, launch scripts)
+    pytest.param("unable to start process: health check timed out after 120s", "startup_timeout", id="health-timed-out"),
+    pytest.param("RuntimeError: Timed out waiting for server readiness: connection refused", "startup_timeout",
+                 id="waiting-readiness"),
+    pytest.param("error: server did not become ready within 600 s", "startup_timeout", id="not-ready"),
+    # from the source of glibc's translated strerror(EADDRINUSE), Go's net package and nginx
+    pytest.param("OSError: [Errno 98] Die Adresse wird bereits verwendet", "port_in_use", id="glibc-de"),
+    pytest.param("nginx: [emerg] bind() to 0.0.0.0:80 failed (98: Адрес уже используется)", "port_in_use", id="nginx-ru"),
+    pytest.param("Error: listen tcp 127.0.0.1:11434: bind: 通常每个套接字地址(协议/网络地址/端口)只允许使用一次。",
+                 "port_in_use", id="go-windows-zh"),
+    pytest.param("error: failed to bind socket: os error 48", "port_in_use", id="errno-48-macos"),
+    # from the source of the kernel's memcg OOM killer, the OOM reaper and the kubelet's eviction
+    pytest.param("Memory cgroup out of memory: Killed process 4242 (python3) total-vm:93229640kB", "killed", id="memcg"),
+    pytest.param("oom_reaper: reaped process 4242 (python3), now anon-rss:0kB", "killed", id="oom-reaper"),
+    pytest.param("Pod was evicted: The node was low on resource: memory.", "killed", id="k8s-evicted"),
+    pytest.param("worker exceeded its memory limit and was killed", "killed", id="memory-limit-killed"),
+    # from the source of argparse (without a program name), clap, cobra and getopt
+    pytest.param("error: unrecognized arguments: --served-model-name m", "bad_args", id="argparse-bare"),
+    pytest.param("error: unexpected argument '--ngl' found", "bad_args", id="clap"),
+    pytest.param("Error: unknown shorthand flag: 'x' in -x", "bad_args", id="cobra"),
+    # from the source of vLLM, Megatron-style and TGI model code: a parallel size that does not divide
+    pytest.param("ValueError: Total number of attention heads (71) must be divisible by tensor parallel size (2).",
+                 "bad_args", id="heads-by-tp"),
+    pytest.param("AssertionError: num_layers must be divisible by pipeline_model_parallel_size", "bad_args",
+                 id="layers-by-pp"),
+    # from the source of TensorRT-LLM's attention module: a feature with one backend only
+    pytest.param("AssertionError: Attention sinks are only supported for TRTLLM backend.", "bad_args", id="trtllm-sinks"),
+    pytest.param("ValueError: sliding window requires the FLASH_ATTN backend", "bad_args", id="requires-backend"),
+    # from the source of Triton's compiler: its ptxas run as a subprocess, its PTXASError
+    pytest.param("subprocess.CalledProcessError: Command '['/x/triton/backends/nvidia/bin/ptxas', '--gpu-name=sm_100', "
+                 "'/tmp/a.ptx']' returned non-zero exit status 255.", "jit_compile", id="triton-ptxas"),
+    pytest.param("triton.runtime.errors.PTXASError: PTXAS error: Internal Triton PTX codegen error", "jit_compile",
+                 id="triton-ptxaserror"),
+    # from the source of vLLM's config checks: a value not among the choices, a parallel size over the GPUs
+    pytest.param("ValueError: Unknown quantization method: awqx. Must be one of ['awq', 'gptq'].", "bad_args",
+                 id="value-choices"),
+    pytest.param("ValueError: World size (4) is larger than the number of available GPUs (2) in this node.",
+                 "bad_args", id="world-size-over-gpus"),
+    pytest.param("ValueError: Tensor parallel size (4) cannot be larger than the number of available GPUs (2).",
+                 "bad_args", id="tp-over-gpus"),
+    # from the source of clap and of engines' own flag checks: a constraint on an option as typed
+    pytest.param("error: the argument '--port <PORT>' cannot be used multiple times", "bad_args", id="clap-twice"),
+    pytest.param("ValueError: --tensor-parallel-size must be a power of two", "bad_args", id="flag-constraint"),
+    pytest.param("ValueError: --enable-dp-attention requires --dp-size > 1", "bad_args", id="flag-requires-flag"),
+    pytest.param("ValueError: Unknown quantization type, got gptq_v3 - supported types are: ['awq', 'gptq']", "bad_args",
+                 id="supported-types-are"),
+    # from the source of vLLM's custom-op loader: a compiled module missing, with advice to reinstall
+    pytest.param("RuntimeError: vllm._C is not available, please reinstall vLLM", "import_error", id="reinstall"),
+    # from the source of vLLM's engine-core start-up wait and of launchers' readiness waits
+    pytest.param("TimeoutError: Timed out waiting for engine core processes to start. This is often caused by slow "
+                 "weight loading.", "startup_timeout", id="vllm-engine-core-start"),
+    pytest.param("TimeoutError: Server failed to start within the timeout period.", "startup_timeout",
+                 id="server-start-within"),
+    # from the source of Ollama's scheduler: its runner did not start in time; a model newer than Ollama
+    pytest.param("Error: timed out waiting for llama runner to start - progress 0.00 - ", "startup_timeout",
+                 id="ollama-runner-start"),
+    pytest.param("Error: this model is not supported by your version of Ollama. You may need to upgrade",
+                 "model_load", id="ollama-model-newer"),
+    # from the source of transformers' from_pretrained: the folder has no weights file
+    pytest.param("OSError: Error no file named pytorch_model.bin, model.safetensors, tf_model.h5 found in directory "
+                 "/models/x.", "model_load", id="transformers-no-file-named"),
+])
+def test_round3_classes_from_the_sources(line, cause):
+    assert classify(line + "\n", exit_code=1).cause == cause
+
+
+@pytest.mark.parametrize("line,cause", [
+    # a chat template, a container image or a backend not found is not a model that is missing
+    ("ERROR: chat template not found for model qwen", "unknown"),
+    ("Error response from daemon: manifest for vllm/vllm-openai:v9 not found: manifest unknown", "unknown"),
+    ("ERROR Failed to load model error=backend not found: llama-cpp", "unknown"),
+    # CUDA's error numbers 98 and 48 are not EADDRINUSE (no socket call on the line)
+    ("RuntimeError: CUDA error 98: invalid device function", "arch_unsupported"),
+    ("RuntimeError: CUDA error: invalid argument", "unknown"),
+    # a collective's watchdog is distributed_init, not the engine's RPC watchdog
+    ("[rank0]:[E] ProcessGroupNCCL's watchdog caught collective operation timeout: WorkNCCL(SeqNum=1) ran for 600000 ms", "distributed_init"),
+    # a GPU out of memory that killed a process is the GPU's memory
+    ("torch.OutOfMemoryError: CUDA out of memory; the worker was killed", "oom_gpu"),
+    # a refusal tied to the GPU is an architecture's, not the backend choice's
+    ("ValueError: FP8 attention is only supported for the FLASHINFER backend on sm_90", "arch_unsupported"),
+    # ... and one tied to a platform is about the build
+    ("ValueError: FlashInfer backend is only supported for CUDA backend", "unknown"),
+    # a compiler refusing its own command line is no flag of ours
+    ("c++: error: unrecognized command line option '-std=c++20'", "unknown"),
+    ("gcc: error: unrecognized command-line option '-mavx512fp16'", "jit_compile"),
+    # a choice list for a GPU architecture is the GPU's
+    ("OpError: expects arch to be one of ['sm_100a', 'sm_103a'], but got sm_120a", "arch_unsupported"),
+    # WSAEACCES (10013) is a port the OS reserves, not one in use
+    ("ERROR:    [Errno 10013] error while attempting to bind on address ('0.0.0.0', 8000): an attempt was made to "
+     "access a socket in a way forbidden by its access permissions", "unknown"),
+    # a driver, a command or a library not found is no model that is missing
+    ("RuntimeError: CUDA driver not found; the model cannot run", "unknown"),
+    ("bash: ollama: command not found", "unknown"),
+    ("ImportError: /usr/lib/libstdc++.so.6: version `GLIBCXX_3.4.32' not found (required by /x/model_ops.so)", "import_error"),
+    # an install hint naming a flag is the import error's, not an argument's
+    ("ImportError: Please install flash_attn; it requires --no-build-isolation", "import_error"),
+    # a wrapper's generic "could not load model" (its backend died) names nothing; zerolog's INF is info
+    ("8:39AM ERR [llama-cpp] Fails: could not load model: rpc error: code = Unavailable desc = EOF", "unknown"),
+    ("8:39AM INF [llama-cpp] Fails: could not load model: no such file or directory", "unknown"),
+    # advice to rebuild for a GPU architecture is the architecture's
+    ("RuntimeError: CUDA error: no kernel image is available for execution on the device; rebuild from source "
+     "with TORCH_CUDA_ARCH_LIST=12.0", "arch_unsupported"),
+    # a list of supported models after an unknown one is about the model, not an argument
+    ("ValueError: Unknown architecture foo. Supported models are: ['llama', 'qwen2']", "unknown"),
+    # a waiting line is no timeout
+    ("INFO: waiting for server to start (attempt 3)", "unknown"),
+])
+def test_round3_lookalikes_name_nothing_wrong(line, cause):
+    assert classify(line + "\n", exit_code=1).cause == cause
+
+
+def test_an_error_the_engine_went_on_after_is_no_failure():
+    err = "ERROR 02-02 14:28:39 [loader.py:47] Failed to load the model weights from the hub cache\n"
+    assert find_cause(err).cause == "model_load"
+    # one worker's "weights loaded" says nothing of the rank that failed: only server-wide lines count
+    one_rank = err + "(Worker rank=1) INFO 02-02 14:29:01 [loader.py:90] Loading weights took 21.3 seconds\n"
+    assert find_cause(one_rank).cause == "model_load"
+    started = err + "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)\n"
+    assert find_cause(started) is None
+    # an error after the engine went on still counts
+    later = "INFO:     Application startup complete.\n" + err
+    assert find_cause(later).cause == "model_load"
+
+
+def test_a_retried_operation_is_no_failure_until_its_retries_run_out():
+    first = ("ERROR 02-02 14:28:39 [repo_utils.py:47] Error retrieving safetensors: Repo id must be in the form 'a/b'\n"
+             ": '/data/m'. Use `repo_type` argument if needed., retrying 1 of 2\n")
+    last = "ERROR 02-02 14:28:41 [repo_utils.py:45] Error retrieving safetensors: Repo id must be in the form 'a/b'\n"
+    # the last attempt repeats the retried message without "retrying": still a retry
+    assert find_cause(first + last) is None
+    # a different error after a retried one is evidence
+    assert find_cause(first + "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n").cause == "oom_gpu"
+    # the retries ran out: the retried error is the failure
+    assert find_cause(first + last + "RuntimeError: giving up after 2 attempts\n").cause == "model_load"
+    c10d = ("[E210 09:54:57.12 socket.cpp:1011] [c10d] The client socket has timed out after 60000ms while trying to connect to (h, 29400).\n"
+            "[W210 09:54:57.12 TCPStore.cpp:358] [c10d] TCP client failed to connect to host h:29400 - retrying (try=0)\n"
+            "Exception raised from throwTimeoutError at ../torch/csrc/distributed/c10d/socket.cpp:1013 (most recent call first):\n")
+    assert classify(c10d, exit_code=1).cause == "distributed_init"
+
+
+def test_a_benign_phrase_makes_only_what_follows_it_speculation():
+    ray = ("The actor is dead because its worker process has died. There are some potential root causes. "
+           "(1) The process is killed by SIGKILL by OOM killer due to high memory usage.\n")
+    assert find_cause(ray) is None
+    assert classify(ray + "(RayWorker pid=1) *** SIGBUS received at time=1 on cpu 2 ***\n").cause == "crash"
+    # a finding before the phrase on the same line still counts
+    line = "Task was killed due to the node running low on memory. There are some potential root causes.\n"
+    assert find_cause(line).cause == "killed"
+
+
+def test_a_readiness_setting_is_no_timeout():
+    assert find_cause("2025-01-01 10:00:00 router: Waiting for worker health check, timeout: 300s\n") is None
+    pending = "[Router] Worker http://w:31000 health check is pending with error: error sending request\n"
+    assert classify(pending).cause == "startup_timeout"
+    # the worker became healthy afterwards: the pending checks were the start-up, not a failure
+    assert find_cause(pending + "[Router] All workers are healthy\n") is None
+
+
+def test_a_4xx_answered_to_a_client_is_no_failure():
+    line = "ERROR 03-18 09:02:03 [serving_chat.py:133] message='The model `m` does not exist.' type='NotFoundError' code=404\n"
+    assert find_cause("INFO:     Application startup complete.\n" + line) is None
+    assert find_cause(line) is None

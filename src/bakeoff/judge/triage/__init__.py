@@ -15,7 +15,8 @@ Each cause has a ``tier``, an ``explanation``, a ``hint``, ``hard``, ``priority`
 Rule files are validated at load (``schema``: one ``RulesError`` naming the file and the field).
 A user rules directory (``rules_dir=``, ``[triage] rules`` in the spec, ``bakeoff triage --rules``)
 is merged over the shipped rules: a file for a new cause adds it, a rule with a shipped rule's
-``id`` replaces it (``schema`` says how ``_common.toml`` merges).
+``id`` replaces it (``schema`` says how ``_common.toml`` merges). A shape rule may name its own
+``gate`` words (a substring pre-filter; without them, ``shape_gate`` of ``_common.toml``).
 
 Signals: SIGKILL (exit -9/137) is ``killed``; SIGSEGV/SIGBUS/SIGABRT/SIGILL/SIGFPE (-11/139, -7/135,
 -6/134, ...) are ``crash``, whose evidence also quotes the crashing frame (``structure.crash_frame``).
@@ -35,8 +36,11 @@ Decision order:
 1. A line is evidence only if it matches a rule and is not a warning/info line (one whose
    warning/info prefix is followed by an ``error_level``, as when a wrapper logs the engine's output
    at INFO, is an error line), not ``benign``
-   (e.g. Ray's list of "potential root causes"), not a line saying the engine coped (falling back,
-   forcing off, skipping, ignoring) and not followed within a few lines by a retry. The winning
+   (e.g. Ray's list of "potential root causes": what follows such a phrase on a line is speculation),
+   not a line saying the engine coped (falling back, forcing off, skipping, ignoring, a 4xx answered
+   to a client), not followed within a few lines by a retry nor repeating a retried message (unless
+   a ``gave_up`` line follows: the retries ran out), and not before a ``went_on`` line (the server
+   went on to listen or serve: the error did not stop it). The winning
    cause is the one whose first evidence line ranks highest by (tier, earliest line, priority):
    the first root cause (arch_unsupported, oom_gpu, oom_host, import_error, bad_args, jit_compile,
    model_load, illegal_memory_access, port_in_use) beats symptoms (distributed_init, killed, crash), which

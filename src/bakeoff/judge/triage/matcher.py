@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import functools
 import re
 import signal as _signal
@@ -88,6 +89,7 @@ class Rule:
     match_warnings: bool = False
     ignore_when_timed_out: bool = False
     near: tuple[str, ...] = ()
+    gate: tuple[str, ...] = ()  # lowercase words; () = the shared shape_gate
     window: int = 80
     unless: tuple[str, ...] = ()
     context: str | None = None
@@ -139,6 +141,8 @@ class _Causes:
     recovered: re.Pattern[str] | None  # a line saying the engine coped: not evidence
     retry: re.Pattern[str] | None  # a line saying it retries: neither it nor the few lines before are evidence
     retry_within: int
+    gave_up: re.Pattern[str] | None  # a line saying the retries ran out: the retried error stands
+    went_on: tuple  # (regex, literal prefix) of lines saying the engine went on (serving): earlier errors were not fatal
     classes: dict  # token class name -> compiled regex
     gate: tuple[str, ...]  # lowercase words one of which every line a shape can match contains
     phases: tuple = ()  # (phase name, regex of the lines that announce it), in file order
@@ -171,6 +175,7 @@ def _rules_of(path: Path, f: CauseFile, classes: dict) -> list[Rule]:
         spec.setdefault("ignore_when_timed_out", bool(f.ignore_when_timed_out))
         for key in ("patterns", "not_patterns", "exit_codes", "signals", "near", "unless"):
             spec[key] = tuple(spec.get(key, ()))
+        spec["gate"] = tuple(w.lower() for w in spec.get("gate", ()))
         spec["engines"] = tuple(_norm_engine(e) if e != "*" else "*" for e in spec.get("engines", ["*"]))
         rule = Rule(cause=f.cause, **spec)
         try:
@@ -196,7 +201,8 @@ def _load(rules_dir: str, user_dir: str | None = None) -> _Causes:
         files = merge_causes(files, [])
     try:
         classes = _compile_classes(common)
-        filters = [_union(common.benign), _union(common.recovered), _union(common.retry)]
+        filters = [_union(common.benign), _union(common.recovered), _union(common.retry),
+                   _union(common.gave_up), tuple((re.compile(p, re.M), _literal_prefix(p)) for p in common.went_on)]
         phases = tuple((name, _union(pats)) for name, pats in common.phases.items())
     except re.error as err:
         where = f"{rules_dir}/_common.toml" + (f" or {user_dir}/_common.toml" if user_dir else "")
@@ -218,6 +224,8 @@ def _load(rules_dir: str, user_dir: str | None = None) -> _Causes:
         recovered=filters[1],
         retry=filters[2],
         retry_within=3 if common.retry_within is None else common.retry_within,
+        gave_up=filters[3],
+        went_on=filters[4],
         classes=classes,
         gate=tuple(w.lower() for w in common.shape_gate),
         phases=phases,
@@ -338,21 +346,61 @@ def _tail_evidence(text: str, n: int = 5, errors_first: bool = True) -> list[str
     return [f"L{k}: {_clip(t)}" for k, t in numbered[-n:]]
 
 
+_GAVE_UP_WITHIN = 20  # lines after a retried error in which "the retries ran out" makes it stand
+_PREFIX = re.compile(r"^.{0,120}?\]\s+(?=\S)")  # a log prefix ("(pid=1) ERROR 01-01 00:00:00 [x.py:4] ")
+
+
+def _message(line: str) -> str:
+    """A line's message without its log prefix and numbers: the same error logged again has the same one."""
+    m = _PREFIX.match(line)
+    return re.sub(r"\d+", "#", line[m.end():] if m else line).strip()[:160]
+
+
 class _Filter:
-    """Is a line evidence at all? Warnings, benign lines, lines saying the engine coped, and the
-    lines just before a retry are not."""
+    """Is a line evidence at all? Warnings, benign lines, lines saying the engine coped, the lines
+    of a retried operation (unless the retries ran out), and errors the engine went on after are not.
+
+    What the engine did next is structure, not vocabulary: an error followed by a retry (or the
+    same message repeated after a retried one) is a probe until a line says the retries ran out
+    (``gave_up``); an error followed later by the engine going on (``went_on``: weights loaded,
+    server listening, requests served) did not stop it, so it is not the failure's cause."""
 
     def __init__(self, causes: _Causes, lines: _Lines):
         self.c, self.lines = causes, lines
         self._retry_cache: dict[int, bool] = {}
+        self._retried_messages: set[str] = set()
+        self._any_retry: bool | None = None  # read on the first line that needs it: most logs never retry
+        self._went_on: int | None | bool = False  # False: not read yet; None: the engine never went on
+        self._gave_up_at: list[int] | None = None  # starts of the gave_up lines, read once when needed
 
-    def excluded(self, rule: Rule, start: int, line: str) -> bool:
+    def _went_on_line(self) -> int | None:
+        """Start of the line of the last ``went_on`` match (head and tail of a big log), or None."""
+        if self._went_on is False:
+            text, last = self.lines.text, None
+            for r0, r1 in _regions(text, _PATTERN_SPAN):
+                part = text[r0:r1] if (r0, r1) != (0, len(text)) else text
+                for rx, prefix in self.c.went_on:
+                    if prefix and prefix not in part:
+                        continue
+                    for m in rx.finditer(text, r0, r1):
+                        last = m.start() if last is None else max(last, m.start())
+            self._went_on = None if last is None else self.lines.bounds(last)[0]
+        return self._went_on
+
+    def excluded(self, rule: Rule, start: int, line: str, at: int = 0) -> bool:
+        """``at``: where on the line the rule's match ends. A benign phrase ("potential root causes")
+        makes what follows it speculation; a finding wholly before it on the same line still counts."""
         c = self.c
         if not rule.match_warnings and self._warning(line):
             return True
-        if c.benign is not None and c.benign.search(line):
-            return True
+        if c.benign is not None:
+            b = c.benign.search(line)
+            if b is not None and b.start() < at:
+                return True
         if c.recovered is not None and c.recovered.search(line):
+            return True
+        went_on = self._went_on_line()
+        if went_on is not None and start < went_on:
             return True
         return self._retried(start, line)
 
@@ -362,9 +410,8 @@ class _Filter:
         m = self.c.warning.search(line)
         return m is not None and self.c.error_level.search(line, m.end()) is None
 
-    def _retried(self, start: int, line: str) -> bool:
-        if self.c.retry is None:
-            return False
+    def _retried_here(self, start: int, line: str) -> bool:
+        """The line or one of the few after it says the operation is retried."""
         hit = self._retry_cache.get(start)
         if hit is None:
             _, end = self.lines.bounds(start)
@@ -372,6 +419,36 @@ class _Filter:
             hit = any(self.c.retry.search(t) for t in around)
             self._retry_cache[start] = hit
         return hit
+
+    def _retried(self, start: int, line: str) -> bool:
+        if self._any_retry is None:
+            text = self.lines.text
+            self._any_retry = self.c.retry is not None and any(
+                self.c.retry.search(text, r0, r1) is not None for r0, r1 in _regions(text, _PATTERN_SPAN))
+        if not self._any_retry:
+            return False
+        msg = _message(line)
+        hit = self._retried_here(start, line)
+        if hit:
+            self._retried_messages.add(msg)
+        else:
+            # the last attempt of a retried operation logs the same message without "retrying"
+            hit = len(msg) >= 20 and msg in self._retried_messages
+        if hit and self._gave_up_after(start):
+            return False
+        return hit
+
+    def _gave_up_after(self, start: int) -> bool:
+        """A ``gave_up`` line within ``_GAVE_UP_WITHIN`` lines after the line at ``start``."""
+        if self.c.gave_up is None:
+            return False
+        text = self.lines.text
+        if self._gave_up_at is None:
+            self._gave_up_at = [m.start() for r0, r1 in _regions(text, _PATTERN_SPAN)
+                                for m in self.c.gave_up.finditer(text, r0, r1)]
+        _, end = self.lines.bounds(start)
+        i = bisect.bisect_right(self._gave_up_at, end)
+        return i < len(self._gave_up_at) and text.count("\n", end, self._gave_up_at[i]) < _GAVE_UP_WITHIN
 
 
 def _shape_ok(rule: Rule, classes: dict, line: str, anchor: tuple[int, int], prev: str) -> bool:
@@ -397,6 +474,11 @@ def _regions(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
     h = text.rfind("\n", 0, head) + 1 or head
     t = text.find("\n", len(text) - tail) + 1 or len(text) - tail
     return [(0, h), (t, len(text))]
+
+
+def _gate_ok(words: tuple[str, ...], low: str) -> bool:
+    """The lowercased line holds one of the gate words (a pre-filter: a substring test per word)."""
+    return any(w in low for w in words)
 
 
 def _candidate_lines(text: str, gate: tuple[str, ...]) -> list[int]:
@@ -426,22 +508,33 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> dict[Rule, list[int]
     filt = _Filter(causes, lines)
     shapes = [r for r in rules if r.near]
     if shapes:
-        for start in _candidate_lines(text, causes.gate):
+        words = tuple(dict.fromkeys([*causes.gate, *(w for r in shapes for w in r.gate)]))
+        for start in _candidate_lines(text, words):
             _, end = lines.bounds(start)
             line = text[start:end]
             if _FRAME.search(line):
                 continue
             prev = None
+            low = line.lower()
+            shared: bool | None = None  # does the line hold a shared gate word (read once, when needed)
             for rule in shapes:
                 at = hits.setdefault(rule, [])
                 if len(at) >= _EVIDENCE_HITS:
                     continue
+                if rule.gate:
+                    if not _gate_ok(rule.gate, low):
+                        continue
+                else:
+                    if shared is None:
+                        shared = _gate_ok(causes.gate, low)
+                    if not shared:
+                        continue
                 for m in causes.classes[rule.near[0]].finditer(line):
                     if prev is None:
                         before = lines.before(start, 1)
                         prev = before[0][1] if before else ""
                     if _shape_ok(rule, causes.classes, line, (m.start(), m.end()), prev):
-                        if not filt.excluded(rule, start, line):
+                        if not filt.excluded(rule, start, line, m.end()):
                             at.append(start)
                         break
         hits = {r: ss for r, ss in hits.items() if ss}
@@ -463,7 +556,7 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> dict[Rule, list[int]
                 start, end = lines.bounds(m.start())
                 pos = end + 1
                 line = text[start:end]
-                if start in got or filt.excluded(rule, start, line):
+                if start in got or filt.excluded(rule, start, line, m.end() - start):
                     continue
                 if rule.not_regex is not None and rule.not_regex.search(line):
                     continue

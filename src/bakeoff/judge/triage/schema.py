@@ -53,6 +53,9 @@ class RuleSpec(_Strict):
     within: int = Field(default=6, ge=1)
     match_warnings: bool = False
     near: list[str] = []
+    # words (any case) one of which a line must contain for this shape to be tried on it; without
+    # them, the shared ``shape_gate`` of _common.toml. A pre-filter only: it must never hide a match
+    gate: list[str] = []
     window: int = Field(default=80, ge=1)
     unless: list[str] = []
     context: str | None = None
@@ -99,6 +102,8 @@ class CommonFile(_Strict):
     recovered: list[str] = []
     retry: list[str] = []
     retry_within: int | None = Field(default=None, ge=0)
+    gave_up: list[str] = []
+    went_on: list[str] = []
     shape_gate: list[str] = []
     classes: dict[str, list[str]] = {}
     phases: dict[str, list[str]] = {}
@@ -108,7 +113,7 @@ class CommonFile(_Strict):
     def _warning(cls, v: str | None) -> str | None:
         return None if v is None else _regex(v)
 
-    @field_validator("benign", "recovered", "retry")
+    @field_validator("benign", "recovered", "retry", "gave_up", "went_on")
     @classmethod
     def _lists(cls, v: list[str]) -> list[str]:
         return [_regex(p) for p in v]
@@ -171,6 +176,8 @@ def merge_common(base: CommonFile, user: CommonFile) -> CommonFile:
         recovered=[*base.recovered, *user.recovered],
         retry=[*base.retry, *user.retry],
         retry_within=base.retry_within if user.retry_within is None else user.retry_within,
+        gave_up=[*base.gave_up, *user.gave_up],
+        went_on=[*base.went_on, *user.went_on],
         shape_gate=[*base.shape_gate, *user.shape_gate],
         classes={**base.classes, **user.classes},
         phases={**base.phases, **user.phases},
