@@ -76,10 +76,15 @@ def test_healthy_rounding_passes_and_a_drift_at_long_context_fails_there():
     assert drift.check(ev) is None
     assert set(values["logprob_drift"]) == {"single", "long"}
     assert values["logprob_drift"]["long"]["replies"] == 8 and values["logprob_drift"]["long"]["tokens"] == 8 * 40
-    assert values["logprob_drift"]["long"]["mean_abs_d"] < CFG.max_drift
+    assert values["logprob_drift"]["long"]["mean_abs_d"] < CFG.max_drift_long
     found = drift.check(Evidence(collection(0.005, bias=4 * CFG.max_drift, base_lps=lps, seed=3), base, CFG, {}))
     assert found is not None and found.detector == "logprob_drift" and found.mode == "long"
-    assert "beyond the healthy limit" in found.detail and len(found.evidence) == 3
+    assert "beyond the healthy limit 0.03" in found.detail and len(found.evidence) == 3
+    # the long probe's own limit: a drift between it and the single mode's fails in long only
+    mid = (CFG.max_drift_long + CFG.max_drift) / 2
+    assert drift.check(Evidence(collection(0.0, bias=mid, base_lps=lps, seed=4), base, CFG, {})).mode == "long"
+    assert drift.check(Evidence(collection(0.0, bias=mid, base_lps=lps, seed=4), base,
+                                CFG.model_copy(update={"max_drift_long": CFG.max_drift}), {})) is None
     # the same drift in one reply only: no interval, the mode is not judged (unknown, not a fault)
     few = {"prompts": [], "long": {}, "anchored": {},
            "results": {"long": {k: r for k, r in list(collection(0.005, bias=4 * CFG.max_drift, base_lps=lps,
@@ -158,8 +163,8 @@ def test_real_rope_fault_at_long_context_drifts_and_a_relaunch_does_not(real_lla
     base = collect()
     again = probes.judge(collect(baseline=base), cfg, base)
     assert again.passed, again.detail
-    assert again.values["logprob_drift"]["long"]["mean_abs_d"] < cfg.max_drift
+    assert again.values["logprob_drift"]["long"]["mean_abs_d"] < cfg.max_drift_long
     values: dict = {}
     rope = drift.check(Evidence(collect("--rope-freq-base", "10000", baseline=base), base, cfg, values))
     assert rope is not None and rope.detector == drift.CAUSE, values
-    assert values["logprob_drift"][rope.mode]["ci"][0] > cfg.max_drift
+    assert values["logprob_drift"][rope.mode]["ci"][0] > (cfg.max_drift_long if rope.mode == "long" else cfg.max_drift)

@@ -48,7 +48,8 @@ q8_0 + flash attention; threads and batch sizes not finished in time):
   * ``sampled_margin`` 0.05 nats (``judge.checks.sampled``): healthy shifts of the chosen tokens'
     mean logprob at temperature 0.7 within ±0.07, sampler faults 0.27–0.55.
   * ``max_drift`` 0.045 nats (``judge.checks.drift``): healthy mean |logprob difference| on the
-    tokens both sides chose ≤ 0.042 per mode (A/A 0), rope base 30000 0.097 (single mode).
+    tokens both sides chose ≤ 0.042 per mode (A/A 0), rope base 30000 0.097 (single mode);
+    ``max_drift_long`` 0.03 for the long probe (healthy ≤ 0.015, rope base 50000 at 3500 tokens 0.050).
 """
 
 from __future__ import annotations

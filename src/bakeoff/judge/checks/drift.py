@@ -13,7 +13,8 @@ rounding) and drift for a model that computes something else.
 The statistic: per reply, the mean ``|d|`` over its matched tokens (``per_reply``); per mode, the
 mean over the replies with at least ``MIN_TOKENS`` matched tokens and its one-sided ``t`` lower
 bound at ``gate_alpha`` (only a drift above the limit is a fault). A mode fails when that bound is
-above ``probes.max_drift`` (a minimum-effect test, like ``checks.sampled``: the drift is shown to
+above ``probes.max_drift`` (``max_drift_long`` for the long probe, whose healthy drift is
+lower: its replies are mostly near-certain needle answers) (a minimum-effect test, like ``checks.sampled``: the drift is shown to
 be larger than the healthy variation measured on the real engine, not just nonzero). The reply,
 not the token, is the unit: a reply's tokens are not independent (one near-tie moves the ones
 after it). Fewer than two replies: no bound, the mode is not judged (unknown, never a fault).
@@ -130,11 +131,14 @@ def check(ev: Evidence) -> Finding | None:
         return None
     ev.values["logprob_drift"] = {m: {"mean_abs_d": st.get("mean"), "ci": st.get("ci"), "replies": st["replies"],
                                       "tokens": st["tokens"]} for m, st in stats.items()}
-    limit = ev.cfg.max_drift
-    bad = [(m, st) for m, st in stats.items() if "ci" in st and st["ci"][0] > limit]
+    def limit_of(mode: str) -> float:
+        return ev.cfg.max_drift_long if mode == "long" else ev.cfg.max_drift
+
+    bad = [(m, st) for m, st in stats.items() if "ci" in st and st["ci"][0] > limit_of(m)]
     if not bad:
         return None
-    mode, st = max(bad, key=lambda ms: ms[1]["ci"][0])
+    mode, st = max(bad, key=lambda ms: ms[1]["ci"][0] - limit_of(ms[0]))
+    limit = limit_of(mode)
     worst = sorted(st["per_reply"].items(), key=lambda kv: -kv[1])[:3]
     base_res, res = ev.baseline["results"], ev.collected["results"]
     evidence = [f"{mode} / {pid}: mean |d| = {v:.3f} nats; baseline {base_res[mode][pid].text[:70]!r}; "
