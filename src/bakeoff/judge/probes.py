@@ -47,6 +47,9 @@ q8_0 + flash attention; threads and batch sizes not finished in time):
   * floors: tasks 60 % (SmolLM2: 100 %), gate 15 % (SmolLM2: 46–49 %), needles 1 (SmolLM2: 1–3 of 4).
   * ``sampled_margin`` 0.05 nats (``judge.checks.sampled``): healthy shifts of the chosen tokens'
     mean logprob at temperature 0.7 within ±0.07, sampler faults 0.27–0.55.
+  * ``max_drift`` 0.045 nats (``judge.checks.drift``): healthy mean |logprob difference| on the
+    tokens both sides chose ≤ 0.042 per mode (A/A 0), rope base 30000 0.097 (single mode);
+    ``max_drift_long`` 0.03 for the long probe (healthy ≤ 0.015, rope base 50000 at 3500 tokens 0.050).
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ from dataclasses import asdict, dataclass, field
 
 from bakeoff import progress
 from bakeoff.judge.checks import Evidence
-from bakeoff.judge.checks import concurrent, content, detectors, differential, floors, gate, tasks
+from bakeoff.judge.checks import concurrent, content, detectors, differential, drift, floors, gate, tasks
 from bakeoff.judge.checks import lm_eval as lm_eval_gate
 from bakeoff.judge.checks import sampled as sampled_path
 from bakeoff.judge.checks.detectors import _name, detect
@@ -521,7 +524,8 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
          (``_check_content``): a finished reply whose content is empty and whose answer is only in
          ``reasoning_content``, unless the spec says the deployment thinks (``thinking = "on"``);
       2. absolute floors (``absolute_floors``), for every trial;
-      3. the whole-answer differential vs the baseline in single, long and bench modes;
+      3. the whole-answer differential vs the baseline in single, long and bench modes; then the
+         logprob drift of the tokens both sides chose (``bakeoff.judge.checks.drift``), per mode;
       4. tasks and needles the baseline got right, lost by a divergence that is not a near-tie;
       5. the task gate: paired exact McNemar test vs the baseline, over the items the baseline
          answered alike on each of its launches (``launch_answers``);
@@ -559,7 +563,7 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
         return ProbeOutcome(False, mode, detector, detail, values, evidence=evidence, checks_not_run=not_run)
 
     ev = Evidence(collected, baseline, cfg, values, expect_logprobs, role,
-                  diffs=whole_diffs(collected, baseline, cfg) if baseline is not None else {})
+                  diffs=whole_diffs(collected, baseline, cfg) if baseline is not None else {}, not_run=not_run)
     for check in CHECKS:
         found = check(ev)
         if found:
@@ -583,8 +587,8 @@ def thinking_values(collected: dict) -> dict | None:
 
 
 # The judge's checks, in order (``judge``): the first finding decides.
-CHECKS = (detectors.check, content.check, floors.check, differential.check, tasks.check, gate.check, concurrent.check,
-          sampled_path.check, lm_eval_gate.check)
+CHECKS = (detectors.check, content.check, floors.check, differential.check, drift.check, tasks.check, gate.check,
+          concurrent.check, sampled_path.check, lm_eval_gate.check)
 
 
 def _summary(values: dict) -> str:

@@ -30,6 +30,8 @@ class Evidence:
     # every reply with a baseline counterpart judged whole (``probes.whole_diffs``: (mode, id) -> Diff);
     # empty without a baseline
     diffs: dict = field(default_factory=dict)
+    # the checks that could not run and why (the outcome's ``checks_not_run``): a check appends a line
+    not_run: list = field(default_factory=list)
 
 
 class Finding(NamedTuple):
