@@ -79,7 +79,7 @@ def test_healthy_rounding_passes_and_a_drift_at_long_context_fails_there():
     assert values["logprob_drift"]["long"]["mean_abs_d"] < CFG.max_drift_long
     found = drift.check(Evidence(collection(0.005, bias=4 * CFG.max_drift, base_lps=lps, seed=3), base, CFG, {}))
     assert found is not None and found.detector == "logprob_drift" and found.mode == "long"
-    assert "beyond the healthy limit 0.03" in found.detail and len(found.evidence) == 3
+    assert f"beyond the healthy limit {CFG.max_drift_long}" in found.detail and len(found.evidence) == 3
     # the long probe's own limit: a drift between it and the single mode's fails in long only
     mid = (CFG.max_drift_long + CFG.max_drift) / 2
     assert drift.check(Evidence(collection(0.0, bias=mid, base_lps=lps, seed=4), base, CFG, {})).mode == "long"

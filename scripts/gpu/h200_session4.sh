@@ -21,10 +21,10 @@ taskset -c 4-15 python3 bench/race_planted_aa.py $RUNS --parallel 6 --cpus-per-r
   --deadline-s $(( $(left) - 170 )) --llama-server $LS --model $M --work /tmp/rpa/w$PART --out /tmp/rpa \
   > /tmp/rpa/stdout-$PART.txt 2>&1 &
 BENCH=$!
-SWEEP_SPEC=examples/h200-race-ubatch.toml SWEEP_NAME=race SWEEP_CAP_S=$(( $(left) - ${MARGINS_S:-30} - 30 )) \
-  taskset -c 0-3 bash scripts/gpu/llamacpp_h200.sh sweep
+[ -z "${SKIP_SWEEP:-}" ] && SWEEP_SPEC=examples/h200-race-ubatch.toml SWEEP_NAME=race \
+  SWEEP_CAP_S=$(( $(left) - ${MARGINS_S:-30} - 30 )) taskset -c 0-3 bash scripts/gpu/llamacpp_h200.sh sweep
 if [ "$PART" = 2 ] && [ -n "${MARGINS:-}" ] && [ $(left) -gt 90 ]; then  # the judge's margins on the GPU
-  timeout -s INT $(( $(left) - 25 )) taskset -c 0-3 python3 bench/judge_margins.py /tmp/margins-gpu.json $MARGINS \
+  PYTHONPATH=${MARGINS_PYTHONPATH:-$PYTHONPATH} timeout -s INT $(( $(left) - 25 )) taskset -c 0-3 python3 ${MARGINS_PY:-bench/judge_margins.py} /tmp/margins-gpu.json $MARGINS \
     > $OUT/judge-margins-gpu.txt 2>&1; echo "judge_margins rc=$?" >> $OUT/judge-margins-gpu.txt
 fi
 while kill -0 $BENCH 2>/dev/null && [ $(left) -gt 12 ]; do sleep 2; done

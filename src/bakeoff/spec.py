@@ -368,17 +368,19 @@ class Probes(_Strict):
     min_agreement: float = Field(default=0.6, ge=0, le=1, description="mean whole-answer (teacher-forced) token agreement")
     max_tie_gap: float = Field(default=2.5, gt=0, description="logprob gap (nats) up to which a divergence is a near-tie "
                                "(healthy: up to 0.21 on CPU, 1.60 under CUDA batching on an H200; docs/notes/judge-thresholds.md)")
-    max_drift: float = Field(default=0.045, ge=0, description="nats: the mean |logprob difference| per token on the tokens "
+    max_drift: float = Field(default=0.15, ge=0, description="nats: the mean |logprob difference| per token on the tokens "
                              "the trial and the baseline both chose (judge.checks.drift, per reply, averaged per mode); a "
-                             "mode whose one-sided 99 % lower bound is above it fails. Measured (SmolLM2-135M Q4_1, "
-                             "llama.cpp CPU, 1800-token long document): healthy means <= 0.042 (single, KV q8_0 + flash "
-                             "attention; long <= 0.015; A/A 0), lower bounds <= 0.020; rope base 30000 single 0.097 (bound "
-                             "0.048), rope base 50000 0.060/0.053 (bound 0.030: not shown); docs/notes/judge-thresholds.md")
-    max_drift_long: float = Field(default=0.03, ge=0, description="nats: max_drift for the long probe (its replies are "
+                             "mode whose one-sided 99 % lower bound is above it fails. Set above the healthy means measured "
+                             "(SmolLM2-135M Q4_1, llama.cpp): CPU <= 0.042, H200 CUDA 0.090 (flash attention on) and 0.110 "
+                             "(KV q8_0 + flash attention; one reply 0.27); A/A 0 on both. The H200's healthy changes drift "
+                             "as much as a rope base of 70000 or 50000 does there (0.090, 0.109) in the short replies: "
+                             "only gross drift is a fault here; docs/notes/judge-thresholds.md")
+    max_drift_long: float = Field(default=0.045, ge=0, description="nats: max_drift for the long probe (its replies are "
                                   "mostly near-certain needle answers, so healthy drift is lower there). Measured (as "
-                                  "max_drift): healthy long means <= 0.015 at 1800 and 3500-token documents (upper bounds "
-                                  "<= 0.036); rope base 50000 at 3500 tokens 0.050 (bound 0.033: fails), at 1800 0.053 "
-                                  "(bound -0.005: not shown); docs/notes/judge-thresholds.md")
+                                  "max_drift): healthy long means CPU <= 0.015 (1800 and 3500-token documents), H200 CUDA "
+                                  "0.023 and 0.027 (6000 tokens); rope base 70000 / 50000 on the H200 0.061 / 0.070 with 4 "
+                                  "needles (bounds below 0: not shown by drift; the differential fails them); "
+                                  "docs/notes/judge-thresholds.md")
     max_reanchors: int = Field(default=3, ge=0, description="divergences per reply followed by teacher forcing the baseline's tokens")
     text_min_agreement: float = Field(default=0.8, ge=0, le=1,
                                       description="without logprobs: word agreement a diverging reply needs (strict)")
