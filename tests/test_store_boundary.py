@@ -143,3 +143,37 @@ def test_the_defaults_decide_and_report_use_are_the_spec_models(tmp_path):
         store.init_sweep("s", {}, {})
         p = from_store(store)
     assert p.timeout_s == Server.model_fields["startup_timeout_s"].default == 300
+
+
+def test_every_metrics_key_bakeoff_writes_is_declared_in_trial_metrics():
+    """``TrialRecord.metrics`` is typed (``store.TrialMetrics``): every key the source writes into
+    a trial's metrics — ``metrics={...}`` literals, ``metrics["k"] = ...`` — and every key of the
+    old store's trials is one of its declared keys (a new key is declared, with what writes it)."""
+    import ast
+
+    import bakeoff
+    from bakeoff.store import TrialMetrics, open_readonly
+
+    declared = set(TrialMetrics.__optional_keys__) | set(TrialMetrics.__required_keys__)
+    written: dict[str, str] = {}
+    for path in Path(bakeoff.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            dicts = []
+            if isinstance(node, ast.keyword) and node.arg == "metrics" and isinstance(node.value, ast.Dict):
+                dicts.append(node.value)
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "metrics" \
+                    and isinstance(node.value, ast.Dict):
+                dicts.append(node.value)
+            for d in dicts:
+                for k in d.keys:
+                    if isinstance(k, ast.Constant) and isinstance(k.value, str):
+                        written[k.value] = f"{path.name}:{k.lineno}"
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store) and isinstance(node.slice, ast.Constant) \
+                    and isinstance(node.value, ast.Name) and node.value.id == "metrics":
+                written[node.slice.value] = f"{path.name}:{node.lineno}"
+    assert written, "the walk found no writer: it no longer reads the source"
+    undeclared = {k: where for k, where in written.items() if k not in declared}
+    assert not undeclared, f"metrics keys written but not declared in store.TrialMetrics: {undeclared}"
+    with open_readonly(OLD) as store:
+        stored = {k for t in store.trials() for k in t.metrics}
+    assert stored and stored <= declared, stored - declared

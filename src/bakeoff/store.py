@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from pydantic import BaseModel, ValidationError
 
@@ -79,6 +79,41 @@ CREATE TABLE IF NOT EXISTS artifacts (
 """
 
 
+class TrialMetrics(TypedDict, total=False):
+    """What a trial's ``metrics`` column holds (JSON): every key optional, none other written by
+    bakeoff. The writers: run/trial.py (a run), decide (against the baseline), judge/confirm.py and
+    judge/rejudge.py (a relaunch, a re-judgement), relaunch.py (the race)."""
+
+    # the run (run/trial.py)
+    probe: dict[str, Any]                 # the judge's figures (agreement, tasks, gate, drift ...)
+    checks_not_run: list[str]             # weaker or skipped checks, said in every output
+    failed_mode: str | None               # single | long | concurrent | bench c=N | gate ...
+    detector: str                         # the check or bench fault that failed it
+    baseline_below_floor: bool            # the baseline itself failed an absolute floor
+    levels: list[dict[str, Any]]          # the benchmark's load levels (measure.bench)
+    output_tok_s: float                   # headline figures (measure.bench.headline)
+    ttft_p50_ms: float | None
+    tpot_p50_ms: float | None
+    level: str
+    objective: dict[str, Any]             # goodput at the SLO load found
+    energy: dict[str, Any]                # NVML during the benchmark
+    hint: str                             # a failure's triage (crashed trials)
+    hard: bool                            # the cause is the configuration's (never retried)
+    confidence: str
+    server_left_running: bool
+    # decide (the final verdict is the ``verdict`` column; the run's own is kept here)
+    judged: str                           # the run's verdict before the speed judgement (``TrialRecord.judged``)
+    judged_detail: str | None
+    vs_baseline: dict[str, Any]           # decide.stats.Ratio.to_json()
+    ratio_vs_baseline: float
+    unverified: bool                      # correct by the absolute checks only (no baseline to compare)
+    # confirm / rejudge
+    first_launch: dict[str, Any]          # a statistical gate's first failure, kept while it is relaunched
+    launches_judged: int
+    without_baseline: bool
+    rejudged: str
+
+
 @dataclass(frozen=True)
 class TrialRecord:
     """A stored trial. ``state`` is pending|running|finished; a finished trial has a verdict."""
@@ -94,7 +129,7 @@ class TrialRecord:
     cause: str | None = None
     detail: str | None = None
     evidence: list[str] = field(default_factory=list)
-    metrics: dict[str, Any] = field(default_factory=dict)
+    metrics: TrialMetrics = field(default_factory=dict)  # type: ignore[assignment]
     phases: dict[str, float] = field(default_factory=dict)
     log_path: str | None = None
     pid: int | None = None
