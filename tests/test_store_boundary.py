@@ -145,7 +145,7 @@ def test_the_defaults_decide_and_report_use_are_the_spec_models(tmp_path):
     assert p.timeout_s == Server.model_fields["startup_timeout_s"].default == 300
 
 
-def test_every_metrics_key_bakeoff_writes_is_declared_in_trial_metrics():
+def test_every_metrics_key_bakeoff_writes_is_declared_in_trial_metrics(tmp_path):
     """``TrialRecord.metrics`` is typed (``store.TrialMetrics``): every key the source writes into
     a trial's metrics — ``metrics={...}`` literals, ``metrics["k"] = ...`` — and every key of the
     old store's trials is one of its declared keys (a new key is declared, with what writes it)."""
@@ -174,6 +174,8 @@ def test_every_metrics_key_bakeoff_writes_is_declared_in_trial_metrics():
     assert written, "the walk found no writer: it no longer reads the source"
     undeclared = {k: where for k, where in written.items() if k not in declared}
     assert not undeclared, f"metrics keys written but not declared in store.TrialMetrics: {undeclared}"
-    with open_readonly(OLD) as store:
+    copy = tmp_path / "old"
+    shutil.copytree(OLD, copy)  # opening a store may migrate it: never the fixture itself
+    with open_readonly(copy) as store:
         stored = {k for t in store.trials() for k in t.metrics}
     assert stored and stored <= declared, stored - declared
