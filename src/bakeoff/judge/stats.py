@@ -1,5 +1,6 @@
-"""The statistics of the paired correctness tests (the task gate, the lm-eval gate): Wilson
-intervals, the exact one-sided McNemar test and which items a baseline's own launches disagree on."""
+"""The statistics of the correctness tests: Wilson intervals, the exact one-sided McNemar test and
+which items a baseline's own launches disagree on (the task gate, the lm-eval gate); the mean of
+per-reply figures with its Student's t bounds (the sampled path, logprob drift)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,22 @@ def mcnemar_worse(base_right: list[bool], trial_right: list[bool]) -> tuple[int,
 def unstable_items(first: dict[str, bool], launches: list[dict[str, bool]]) -> set[str]:
     """Items some later launch of the baseline answered otherwise (right vs wrong) than ``first``."""
     return {k for run in launches for k, v in run.items() if k in first and v != first[k]}
+
+
+def mean_se(xs: list[float]) -> tuple[float, float]:
+    """The mean of ``xs`` (non-empty) and its standard error (infinite with one value)."""
+    n = len(xs)
+    mean = sum(xs) / n
+    if n < 2:
+        return mean, math.inf
+    return mean, math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1)) / math.sqrt(n)
+
+
+def t_bounds(xs: list[float], alpha: float) -> tuple[float, float, float]:
+    """(mean, lower, upper): Student's t bounds of the mean of ``xs`` (two or more), each one-sided
+    at ``alpha`` (a two-sided interval at 1 - 2·alpha)."""
+    from scipy.stats import t as student
+
+    mean, se = mean_se(xs)
+    q = float(student.ppf(1 - alpha, len(xs) - 1))
+    return mean, mean - q * se, mean + q * se

@@ -23,11 +23,10 @@ Margins: docs/notes/judge-thresholds.md ("logprob drift").
 
 from __future__ import annotations
 
-import math
 
 from bakeoff.judge.checks import Evidence, Finding
 from bakeoff.judge.checks.differential import _asked_differently, _diff_modes
-from bakeoff.judge.stats import finite
+from bakeoff.judge.stats import finite, t_bounds
 from bakeoff.measure.client import Result
 
 CAUSE = "logprob_drift"
@@ -64,17 +63,6 @@ def per_reply(pairs: list[tuple[int, float | None, float | None]]) -> float | No
     return sum(abs(d) for d in ds) / len(ds) if len(ds) >= MIN_TOKENS else None
 
 
-def _interval(xs: list[float], alpha: float) -> tuple[float, float, float]:
-    """(mean, lower, upper): the one-sided ``t`` bounds at ``alpha`` of the mean of ``xs`` (>= 2)."""
-    from scipy.stats import t as student
-
-    n = len(xs)
-    mean = sum(xs) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
-    q = float(student.ppf(1 - alpha, n - 1))
-    return mean, mean - q * sd / math.sqrt(n), mean + q * sd / math.sqrt(n)
-
-
 def mode_stats(collected: dict, baseline: dict, cfg) -> dict[str, dict]:
     """Per mode with a baseline counterpart: replies judged, matched tokens, the mean |d| per reply
     and its one-sided bounds (``mean``, ``ci``: lower, upper), the signed mean d and the largest |d| of one token; the
@@ -109,7 +97,7 @@ def mode_stats(collected: dict, baseline: dict, cfg) -> dict[str, dict]:
         if blind:
             st["no_logprobs"] = blind
         if len(reps) >= 2:
-            mean, lo, hi = _interval(list(reps.values()), cfg.gate_alpha)
+            mean, lo, hi = t_bounds(list(reps.values()), cfg.gate_alpha)
             st.update(mean=round(mean, 4), ci=[round(lo, 4), round(hi, 4)])
         out[mode] = st
     return out

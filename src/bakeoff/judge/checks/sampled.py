@@ -28,6 +28,7 @@ import re
 from typing import Callable
 
 from bakeoff.judge.checks import Evidence, Finding
+from bakeoff.judge.stats import finite, mean_se, t_bounds
 from bakeoff.measure.client import Result, stream_request
 
 MODE = "sampled"
@@ -85,7 +86,7 @@ async def collect(session, url: str, prompts, cfg, body: Callable[[object], dict
 def chosen_mean(r: Result) -> float | None:
     """The mean logprob of the tokens the server chose (None: no finite logprobs)."""
     lps = [t.get("logprob") for t in r.tokens]
-    if not lps or not all(isinstance(x, (int, float)) and math.isfinite(x) for x in lps):
+    if not lps or not all(finite(x) for x in lps):
         return None
     return sum(lps) / len(lps)
 
@@ -110,12 +111,10 @@ def paired_shift(base: dict[str, Result], trial: dict[str, Result]) -> tuple[flo
         mb, mt = chosen_mean(b), chosen_mean(r)
         if mb is not None and mt is not None:
             ds.append((k, mt - mb))
-    n = len(ds)
-    if n < 2:
-        return (ds[0][1] if ds else 0.0), math.inf, n, ds
-    mean = sum(d for _, d in ds) / n
-    sd = math.sqrt(sum((d - mean) ** 2 for _, d in ds) / (n - 1))
-    return mean, sd / math.sqrt(n), n, ds
+    if not ds:
+        return 0.0, math.inf, 0, ds
+    mean, se = mean_se([d for _, d in ds])
+    return mean, se, len(ds), ds
 
 
 def check(ev: Evidence) -> Finding | None:
@@ -134,13 +133,10 @@ def check(ev: Evidence) -> Finding | None:
     base = ((ev.baseline or {}).get("sampled")) or {}
     if not base:
         return None
-    mean, se, n, ds = paired_shift(base, mine)
+    _, _, n, ds = paired_shift(base, mine)
     if n < 2:
         return None
-    from scipy.stats import t as student
-
-    q = float(student.ppf(1 - ev.cfg.gate_alpha / 2, n - 1))
-    lo, hi = mean - q * se, mean + q * se
+    mean, lo, hi = t_bounds([d for _, d in ds], ev.cfg.gate_alpha / 2)
     ev.values.update(sampled_shift=round(mean, 3), sampled_shift_ci=[round(lo, 3), round(hi, 3)], sampled_pairs=n,
                      sampled_top_share_baseline=round(top_share([base[k] for k, _ in ds]) or 0.0, 3))
     m = ev.cfg.sampled_margin
