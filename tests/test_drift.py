@@ -5,11 +5,10 @@ and the real llama-server with a rope fault at long context."""
 from __future__ import annotations
 
 import random
-import socket
-import subprocess
-import time
 
 import pytest
+
+import llamaserve
 
 from bakeoff import spec
 from bakeoff.judge import probes
@@ -123,25 +122,7 @@ def test_without_logprobs_the_check_says_it_could_not_run():
 # -- the real llama-server -----------------------------------------------------------------------------
 
 def _serve(real_llamacpp, *extra: str):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([real_llamacpp.binary, "-m", real_llamacpp.model, "--host", "127.0.0.1", "--port", str(port),
-                             "-c", "4096", "-t", "1", "-np", "2", "--flash-attn", "off", *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    import urllib.request
-
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.3)
-    proc.terminate()
-    raise AssertionError("llama-server did not get ready in 120 s")
+    return llamaserve.serve(real_llamacpp, "-c", "4096", "-t", "1", "-np", "2", "--flash-attn", "off", *extra)
 
 
 @pytest.mark.engine

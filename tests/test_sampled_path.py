@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import math
-import socket
-import subprocess
-import time
 
 import pytest
+
+import llamaserve
 
 from bakeoff import spec
 from bakeoff.judge import probes
@@ -123,25 +122,7 @@ def test_sampled_replies_survive_the_store_and_errors_are_findings():
 # -- the real llama-server ---------------------------------------------------------------------------
 
 def _serve(real_llamacpp, *extra: str):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([real_llamacpp.binary, "-m", real_llamacpp.model, "--host", "127.0.0.1", "--port", str(port),
-                             "-c", "2048", "-t", "1", "-np", "4", "--flash-attn", "off", *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    import urllib.request
-
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.3)
-    proc.terminate()
-    raise AssertionError("llama-server did not get ready in 120 s")
+    return llamaserve.serve(real_llamacpp, "-c", "2048", "-t", "1", "-np", "4", "--flash-attn", "off", *extra)
 
 
 def _draw(real_llamacpp, *extra: str) -> dict[str, Result]:

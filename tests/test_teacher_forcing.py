@@ -19,11 +19,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import socket
-import subprocess
-import time
 
 import pytest
+
+import llamaserve
 
 from bakeoff import spec
 from bakeoff.judge import probes
@@ -64,29 +63,11 @@ def test_completions_logprobs_keep_their_top_alternatives():
 
 # -- the chat-API fallback on the real llama-server -------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = llamaserve.free_port
 
 
 def _serve(real_llamacpp, *extra: str):
-    port = _free_port()
-    proc = subprocess.Popen([real_llamacpp.binary, "-m", real_llamacpp.model, "--host", "127.0.0.1", "--port", str(port),
-                             "-c", "1024", "-t", "2", "-np", "1", *extra], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    import urllib.request
-
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.3)
-    proc.terminate()
-    raise AssertionError("llama-server did not get ready in 120 s")
+    return llamaserve.serve(real_llamacpp, "-c", "1024", "-t", "2", "-np", "1", *extra)
 
 
 @pytest.fixture(scope="module")
