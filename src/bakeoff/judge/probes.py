@@ -55,6 +55,7 @@ q8_0 + flash attention; threads and batch sizes not finished in time):
 from __future__ import annotations
 
 import asyncio
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 
 from bakeoff import progress
@@ -132,6 +133,12 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
     texts: dict[str, dict[str, str]] = {"single": {p.id: p.text for p in prompts if not p.chat}}
     chats: dict[str, dict[str, list[dict]]] = {"single": {p.id: messages(p) for p in prompts if p.chat}}
     collected = {"prompts": prompts, "long": long_cfg, "results": out, "info": info, "texts": texts, "chats": chats}
+    long_s = timeout_s  # the long document's budget (``long_timeout``), once the single replies have shown the pace
+
+    def patient(session):
+        """``session``, or a new one that waits ``long_s`` where that is longer."""
+        return new_session(timeout_s=long_s) if long_s > timeout_s else nullcontext(session)
+
     async with new_session(timeout_s=timeout_s) as session:
         progress.note(f"single requests: {len(prompts)} prompts")
         for p in prompts:
@@ -144,7 +151,7 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
             long_s = long_timeout(out["single"], (info.get("long_context") or {}).get("prompt_tokens")
                                   or max(len(t) for t in texts["long"].values()) // 3, cfg.long_max_tokens, timeout_s)
             info["long_context"]["timeout_s"] = round(long_s)
-            async with new_session(timeout_s=long_s) as long_session:
+            async with patient(session) as long_session:
                 for key, text in texts["long"].items():
                     r = await stream_request(long_session, url, body(text, cfg.long_max_tokens))
                     if r.error and "Timeout" in r.error.split(":")[0]:
@@ -190,8 +197,7 @@ async def _collect(base_url: str, cfg: Probes, model: str | None, ctx_size: int 
             info.setdefault("checks_not_run", []).append(sampled_path.NO_LOGPROBS)
         if baseline is not None and expect_logprobs and cfg.max_reanchors:
             progress.note("teacher forcing the near-tie divergences")
-            long_s = (info.get("long_context") or {}).get("timeout_s") or 0
-            async with new_session(timeout_s=max(timeout_s, long_s)) as tf_session:  # long prompts are forced too
+            async with patient(session) as tf_session:  # long prompts are forced too
                 collected["anchored"] = await _teacher_force(tf_session, base_url, model, cfg, collected, baseline, info, recipe)
     return collected
 
