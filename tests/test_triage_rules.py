@@ -554,3 +554,71 @@ def test_a_4xx_answered_to_a_client_is_no_failure():
     line = "ERROR 03-18 09:02:03 [serving_chat.py:133] message='The model `m` does not exist.' type='NotFoundError' code=404\n"
     assert find_cause("INFO:     Application startup complete.\n" + line) is None
     assert find_cause(line) is None
+
+
+# Round 4b (issue 27): a quoted crash outranks the wrapper's summary that quotes or follows it, and an
+# assertion's expression is code. Wordings from the source of ggml (GGML_ABORT prints "file:line: "
+# then "GGML_ASSERT(%s) failed"), of Ollama's scheduler ("error loading llama server", error= "llama
+# runner process has terminated: ...") and of glibc/glog/torch/Rust's assertion and panic formats.
+OLLAMA_SUMMARY = ('time=2025-03-05T04:13:07.343Z level=ERROR source=sched.go:456 msg="error loading llama server" '
+                  'error="llama runner process has terminated: {}"\n')
+
+
+@pytest.mark.parametrize("log", [
+    # the wrapper's summary alone, quoting the assert: "tensor" inside the expression is code
+    pytest.param(OLLAMA_SUMMARY.format("GGML_ASSERT(tensor->op == GGML_OP_UNARY) failed"), id="summary-quotes-assert"),
+    # ... with the load-failure words outside the assert, before it on the line: the summary quotes the crash
+    pytest.param(OLLAMA_SUMMARY.format("error loading model: GGML_ASSERT(ggml_nelements(a) == ne0) failed"),
+                 id="summary-words-before-the-assert"),
+    # the assert, then the wrapper's summary naming a model load: the summary follows the crash
+    pytest.param("ggml/src/ggml.c:1721: GGML_ASSERT(hparams.n_swa > 0) failed\n"
+                 + OLLAMA_SUMMARY.format("error loading model: llama_model_load: failed to load model weights"),
+                 id="summary-follows-the-assert"),
+    # a fail-fast exit status (STATUS_STACK_BUFFER_OVERRUN), then the summary
+    pytest.param('time=x level=ERROR source=server.go:421 msg="llama runner terminated" error="exit status 0xc0000409"\n'
+                 + OLLAMA_SUMMARY.format("error loading model weights"), id="fail-fast-then-summary"),
+    # ggml's print format cut inside the expression
+    pytest.param("ggml\\src\\ggml.c:1554: GGML_ASSERT(view_src == NULL || data_size == 0 || da\n", id="cut-assert"),
+    # the expression's words ("tensor", "truncated") are code, not a model file that failed to load
+    pytest.param("llama-model-loader.cpp:903: GGML_ASSERT(tensor->data != nullptr && !file.truncated) failed\n",
+                 id="expression-words-are-code"),
+    pytest.param("python3: ../src/kv_cache.cpp:88: void f(): Assertion `cache_blocks < max_memory_blocks' failed.\n"
+                 "Aborted (core dumped)\n", id="glibc-assert-words-are-code"),
+    pytest.param("F0101 10:00:00.000 1 allocator.cc:42] Check failed: tensor_memory_bytes <= free_bytes\n",
+                 id="glog-check-words-are-code"),
+    pytest.param("RuntimeError: weights.dim() == 2 INTERNAL ASSERT FAILED at \"/pytorch/aten/src/x.cpp\":51, please "
+                 "report a bug to PyTorch.\n", id="torch-internal-assert"),
+    pytest.param("thread 'main' panicked at src/loader.rs:40:9:\nindex out of bounds: the len is 3 but the index is 7\n",
+                 id="rust-panic"),
+])
+def test_a_quoted_crash_outranks_the_summary_that_quotes_or_follows_it(log):
+    d = classify(log, exit_code=1)
+    assert d.cause == "crash", (d.cause, d.rule)
+
+
+@pytest.mark.parametrize("log,cause", [
+    # a cause named in the assertion's message (a string literal, after the expression, the panic's payload)
+    ("python: AccelerateMatmul.cpp:36: int f(int, DotOp): Assertion `false && \"computeCapability not supported\"' "
+     "failed.\n", "arch_unsupported"),
+    ("Check failed: error == cudaSuccess (48 vs. 0) no kernel image is available for execution on the device\n",
+     "arch_unsupported"),
+    ("RuntimeError: Expected is_sm90 || is_sm8x to be true, but got false.\n", "arch_unsupported"),
+    ("thread 'main' panicked at 'error binding to 0.0.0.0:3000: Address already in use (os error 98)', src/main.rs:9:5\n",
+     "port_in_use"),
+    # an earlier root cause still wins over the abort it led to
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\nterminate called without an active "
+     "exception\nAborted (core dumped)\n", "oom_gpu"),
+    # a CUDA kernel's device-side assert (it names block and thread) is a kernel fault, not a host abort
+    ("Indexing.cu:1236: indexSelectSmallIndex: block: [0,0,0], thread: [3,0,0] Assertion `srcIndex < srcSelectDimSize` "
+     "failed.\nRuntimeError: CUDA error: device-side assert triggered\n", "illegal_memory_access"),
+])
+def test_a_cause_named_by_the_crash_itself_or_before_it_still_wins(log, cause):
+    assert classify(log, exit_code=1).cause == cause
+
+
+def test_assertion_expressions_are_blanked_but_their_messages_stay():
+    from bakeoff.judge.triage.structure import mask_assertions
+    line = 'ggml.c:9: GGML_ASSERT(buf != NULL && "failed to allocate buffer") failed'
+    masked = mask_assertions(line)
+    assert len(masked) == len(line) and "buf !=" not in masked and '"failed to allocate buffer"' in masked
+    assert mask_assertions("plain line with tensor memory") == "plain line with tensor memory"

@@ -88,6 +88,7 @@ class Rule:
     within: int = 6
     match_warnings: bool = False
     ignore_when_timed_out: bool = False
+    ends_process: bool = False  # the process died on the matched line (see _consequences)
     near: tuple[str, ...] = ()
     gate: tuple[str, ...] = ()  # lowercase words; () = the shared shape_gate
     window: int = 80
@@ -501,9 +502,11 @@ def _candidate_lines(text: str, gate: tuple[str, ...]) -> list[int]:
     return sorted(starts)
 
 
-def _scan(text: str, causes: _Causes, rules: list[Rule]) -> dict[Rule, list[int]]:
-    """Map each rule to the start offsets of the first few lines it matches, in log order."""
+def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, list[int]], dict]:
+    """Map each rule to the start offsets of the first few lines it matches, in log order; and
+    (rule, line start) -> the column where the rule matched on that line."""
     hits: dict[Rule, list[int]] = {}
+    cols: dict[tuple[Rule, int], int] = {}
     lines = _Lines(text)
     filt = _Filter(causes, lines)
     shapes = [r for r in rules if r.near]
@@ -514,6 +517,8 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> dict[Rule, list[int]
             line = text[start:end]
             if _FRAME.search(line):
                 continue
+            # an assertion's expression is code: its words are no cause's vocabulary
+            line = structure.mask_assertions(line)
             prev = None
             low = line.lower()
             shared: bool | None = None  # does the line hold a shared gate word (read once, when needed)
@@ -536,6 +541,7 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> dict[Rule, list[int]
                     if _shape_ok(rule, causes.classes, line, (m.start(), m.end()), prev):
                         if not filt.excluded(rule, start, line, m.end()):
                             at.append(start)
+                            cols[(rule, start)] = m.start()
                         break
         hits = {r: ss for r, ss in hits.items() if ss}
     regions = [(r0, r1, text[r0:r1] if (r0, r1) != (0, len(text)) else text)
@@ -565,10 +571,30 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> dict[Rule, list[int]
                 ):
                     continue
                 got.add(start)
+                cols[(rule, start)] = m.start() - start
                 found += 1
         if got:
             hits[rule] = sorted(got)[:_EVIDENCE_HITS]
-    return hits
+    return hits, cols
+
+
+def _consequences(hits: dict[Rule, list[int]], cols: dict) -> dict[Rule, list[int]]:
+    """``hits`` without the root-cause lines that are consequences of a crash: after the first line
+    where the process died (an ``ends_process`` rule's match: an assertion, an abort, a fail-fast
+    exit), or on that line with the root cause's match before the crash's (a wrapper's summary that
+    quotes it: "error loading llama server: ... GGML_ASSERT(...) failed"). A root cause named inside
+    or after the crash on its line (``Check failed: ... no kernel image``) is the crash's reason."""
+    ends = [(s, cols[(r, s)]) for r, ss in hits.items() if r.ends_process for s in ss]
+    if not ends:
+        return hits
+    crash_at, crash_col = min(ends)
+    out = {}
+    for rule, starts in hits.items():
+        if rule.tier == "root":
+            starts = [s for s in starts if s < crash_at or (s == crash_at and cols[(rule, s)] >= crash_col)]
+        if starts:
+            out[rule] = starts
+    return out
 
 
 def find_cause(
@@ -591,7 +617,8 @@ def find_cause(
         if r.applies_to(eng) and not ((timed_out or hung) and r.ignore_when_timed_out)
     ]
     text = log_text or ""
-    hits = _scan(text, causes, rules)
+    hits, cols = _scan(text, causes, rules)
+    hits = _consequences(hits, cols)
     sig = _signal_of(exit_code, signal)
     by_status = [
         r for r in rules
