@@ -622,3 +622,78 @@ def test_assertion_expressions_are_blanked_but_their_messages_stay():
     masked = mask_assertions(line)
     assert len(masked) == len(line) and "buf !=" not in masked and '"failed to allocate buffer"' in masked
     assert mask_assertions("plain line with tensor memory") == "plain line with tensor memory"
+
+
+# Round 4b: the classes of heldout3's misses, generalized; each wording from a library's or engine's
+# own source (never from an issue log), named by where it comes from.
+@pytest.mark.parametrize("line,cause", [
+    # from the source of vLLM's CUTLASS entry points (STD_TORCH_CHECK_NOT_IMPLEMENTED): a kernel missing for a capability
+    pytest.param("NotImplementedError: No compiled get_cutlass_moe_mm_problem_sizes_from_expert_offsets: no "
+                 "cutlass_moe_mm kernel for CUDA device capability: 89. Required capability: 90", "arch_unsupported",
+                 id="vllm-cutlass-no-kernel-for-capability"),
+    pytest.param("NotImplementedError: No compiled cutlass_scaled_mm for CUDA device capability: 75", "arch_unsupported",
+                 id="vllm-no-compiled-for-capability"),
+    # from the source of Triton's OutOfResources: a kernel needs more shared memory than this GPU has
+    pytest.param("triton.runtime.errors.OutOfResources: out of resource: shared memory, Required: 114688, Hardware "
+                 "limit: 101376. Reducing block sizes or `num_stages` may help.", "arch_unsupported",
+                 id="triton-out-of-resource"),
+    # from NVIDIA's Xid catalog: 8 IDLE_TIMEOUT (GPU stopped processing), 109 CTX SWITCH TIMEOUT
+    pytest.param("NVRM: Xid (PCI:0000:0b:00): 109, pid=9468, name=python3, channel 0x0000000f, errorString CTX SWITCH "
+                 "TIMEOUT", "hang", id="xid-109"),
+    pytest.param("[ 8123.5] NVRM: Xid (PCI:0000:01:00): 8, pid=4242, name=llama-server, Channel 00000007", "hang", id="xid-8"),
+    # from the source of torch's op namespaces and dispatcher: a custom op that is not registered
+    pytest.param("AttributeError: '_OpNamespace' '_C' object has no attribute 'rms_norm'", "import_error",
+                 id="torch-op-namespace"),
+    pytest.param("RuntimeError: No such operator sgl_kernel::fp8_blockwise_scaled_mm", "import_error",
+                 id="torch-no-such-operator"),
+    # from the source of vLLM's scheduler (swap-out) and Ollama's scheduler (system memory)
+    pytest.param("RuntimeError: Aborted due to the lack of CPU swap space. Please increase the swap space to avoid "
+                 "this error.", "oom_host", id="vllm-cpu-swap-space"),
+    pytest.param('"model requires more system memory (7.2 GiB) than is available (3.1 GiB)"', "oom_host",
+                 id="ollama-system-memory-quoted"),
+    # from the source of torch.distributed's _store_based_barrier
+    pytest.param("RuntimeError: Timed out initializing process group in store based barrier on rank: 1, for key: "
+                 "store_based_barrier_key:1 (world_size=8, worker_count=7, timeout=0:30:00)", "distributed_init",
+                 id="torch-store-based-barrier"),
+    # from the source of the NVIDIA toolchain's option parser (ptxas/nvcc/nvlink)
+    pytest.param("Value 'sm_120a' is not defined for option 'gpu-name'", "jit_compile", id="ptxas-value-not-defined"),
+    # from the source of torch's cpp_extension / FlashInfer's JIT: the failed compiler command echoed at error level
+    pytest.param("(EngineCore pid=1) ERROR 03-05 09:56:09 [core.py:1100] /usr/local/cuda/bin/nvcc --generate-dependencies"
+                 "-with-compile --dependency-output x.cuda.o.d -c x.cu -o x.cuda.o", "jit_compile",
+                 id="nvcc-command-at-error"),
+    # from the source of vLLM's engine client (its start-up handshake with the engine cores)
+    pytest.param("TimeoutError: Timed out waiting for engines to send initial message on input socket.",
+                 "startup_timeout", id="vllm-engines-initial-message"),
+    # from the source of torch's CUDA caching allocator: the OOM message's body without its header line
+    pytest.param("    Tried to allocate 136.00 MiB. GPU 0 has a total capacity of 22.36 GiB of which 120.88 MiB is free.",
+                 "oom_gpu", id="torch-allocator-body"),
+    # from the source of Ollama's model reader and ggml's gguf reader; the Git LFS pointer spec
+    pytest.param("Error: invalid file magic", "model_load", id="ollama-file-magic"),
+    pytest.param("gguf_init_from_file_impl: invalid magic characters: 'vers', expected 'GGUF'", "model_load",
+                 id="gguf-magic"),
+])
+def test_round4b_classes_from_the_sources(line, cause):
+    assert classify(line + "\n", exit_code=1).cause == cause
+
+
+@pytest.mark.parametrize("log,cause", [
+    # a GPU refusal at warning level names the cause only when the engine then failed
+    ("2023-07-24T02:39:19Z  WARN launcher: Could not import Flash Attention enabled models: GPU with CUDA capability "
+     "7 0 is not supported\n2023-07-24T02:39:20Z ERROR launcher: Error when initializing model\n", "arch_unsupported"),
+    ("2023-07-24T02:39:19Z  WARN launcher: Could not import Flash Attention enabled models: GPU with CUDA capability "
+     "7 0 is not supported\n2023-07-24T02:39:25Z  INFO launcher: Connected\n", None),
+    # a compiler's command line at INFO is the build's progress, not its failure
+    ("INFO 03-05 09:56:09 [jit.py:10] /usr/local/cuda/bin/nvcc --generate-dependencies-with-compile -c x.cu\n", None),
+    # a wait for a worker's response is the engine serving, not its start-up
+    ("ERROR 01-01 10:00:00 [x.py:1] Timed out waiting for worker response; RPC call to execute_model timed out.\n", "hang"),
+    # Xid numbers that are not timeouts (13: a graphics engine exception) and a Python bytecode magic are not these causes
+    ("NVRM: Xid (PCI:0000:01:00): 13, Graphics Exception\n", None),
+    ("ImportError: bad magic number in 'vllm': b'\\x03\\xf3\\r\\n'\n", "import_error"),
+    # a swap-space setting is no shortfall
+    ("INFO 01-01 10:00:00 [config.py:1] swap_space=4 GiB of CPU memory per GPU\n", None),
+    # a process group's timeout setting is no timeout
+    ("Initializing process group with timeout 0:30:00 for 8 ranks\n", None),
+])
+def test_round4b_lookalikes_name_nothing_wrong(log, cause):
+    found = find_cause(log)
+    assert (found.cause if found else None) == cause, found

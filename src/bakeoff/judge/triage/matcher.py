@@ -89,6 +89,7 @@ class Rule:
     match_warnings: bool = False
     ignore_when_timed_out: bool = False
     ends_process: bool = False  # the process died on the matched line (see _consequences)
+    then_failed: bool = False  # the line counts only when an error line or a traceback follows it
     near: tuple[str, ...] = ()
     gate: tuple[str, ...] = ()  # lowercase words; () = the shared shape_gate
     window: int = 80
@@ -347,6 +348,7 @@ def _tail_evidence(text: str, n: int = 5, errors_first: bool = True) -> list[str
     return [f"L{k}: {_clip(t)}" for k, t in numbered[-n:]]
 
 
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 _GAVE_UP_WITHIN = 20  # lines after a retried error in which "the retries ran out" makes it stand
 _PREFIX = re.compile(r"^.{0,120}?\]\s+(?=\S)")  # a log prefix ("(pid=1) ERROR 01-01 00:00:00 [x.py:4] ")
 
@@ -373,6 +375,19 @@ class _Filter:
         self._any_retry: bool | None = None  # read on the first line that needs it: most logs never retry
         self._went_on: int | None | bool = False  # False: not read yet; None: the engine never went on
         self._gave_up_at: list[int] | None = None  # starts of the gave_up lines, read once when needed
+        self._last_failure: int | None | bool = False  # offset of the last error line / traceback (False: not read)
+
+    def failed_after(self, start: int) -> bool:
+        """An error-level line or a traceback comes after the line starting at ``start``."""
+        if self._last_failure is False:
+            text, last = self.lines.text, None
+            for r0, r1 in _regions(text, _PATTERN_SPAN):
+                for rx in (self.c.error_level, _TRACEBACK):
+                    for m in rx.finditer(text, r0, r1):
+                        last = m.start() if last is None else max(last, m.start())
+            self._last_failure = last
+        _, end = self.lines.bounds(start)
+        return self._last_failure is not None and self._last_failure > end
 
     def _went_on_line(self) -> int | None:
         """Start of the line of the last ``went_on`` match (head and tail of a big log), or None."""
@@ -539,7 +554,8 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
                         before = lines.before(start, 1)
                         prev = before[0][1] if before else ""
                     if _shape_ok(rule, causes.classes, line, (m.start(), m.end()), prev):
-                        if not filt.excluded(rule, start, line, m.end()):
+                        if not filt.excluded(rule, start, line, m.end()) and (
+                                not rule.then_failed or filt.failed_after(start)):
                             at.append(start)
                             cols[(rule, start)] = m.start()
                         break
@@ -565,6 +581,8 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
                 if start in got or filt.excluded(rule, start, line, m.end() - start):
                     continue
                 if rule.not_regex is not None and rule.not_regex.search(line):
+                    continue
+                if rule.then_failed and not filt.failed_after(start):
                     continue
                 if rule.before_regex is not None and not any(
                     rule.before_regex.search(t) for _, t in lines.before(start, rule.within)

@@ -56,6 +56,9 @@ class RuleSpec(_Strict):
     # it, or one that quotes it (the root cause's words wholly before the crash on the line: a wrapper's
     # summary), is its consequence and not evidence
     ends_process: bool = False
+    # the line counts only when the engine failed after it (an error-level line or a traceback follows):
+    # for warnings that name a cause only when something then failed
+    then_failed: bool = False
     near: list[str] = []
     # words (any case) one of which a line must contain for this shape to be tried on it; without
     # them, the shared ``shape_gate`` of _common.toml. A pre-filter only: it must never hide a match
