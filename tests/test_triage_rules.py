@@ -697,3 +697,38 @@ def test_round4b_classes_from_the_sources(line, cause):
 def test_round4b_lookalikes_name_nothing_wrong(log, cause):
     found = find_cause(log)
     assert (found.cause if found else None) == cause, found
+
+
+# Round 4b, widening the same classes with more of the sources' own wordings (not from any log set).
+@pytest.mark.parametrize("line,cause", [
+    # from the source of torch's ProcessGroupNCCL watchdog and torch.distributed.elastic's rendezvous
+    pytest.param("[rank3]:[E1203 10:00:00.0 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught collective operation "
+                 "timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600123 milliseconds",
+                 "distributed_init", id="torch-nccl-watchdog"),
+    pytest.param("torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError", "distributed_init",
+                 id="torch-elastic-rendezvous"),
+    # from the source of SGLang's assert_pkg_version, transformers' require_version, importlib.metadata
+    pytest.param("Exception: sgl-kernel is installed with version 0.3.1, which is less than the minimum required "
+                 "version 0.3.5. Please reinstall the latest version", "import_error", id="sglang-pkg-version"),
+    pytest.param("huggingface-hub>=0.34.0,<1.0 is required for a normal functioning of this module, but found "
+                 "huggingface-hub==1.2.3.", "import_error", id="transformers-require-version"),
+    pytest.param("importlib.metadata.PackageNotFoundError: No package metadata was found for flashinfer-python",
+                 "import_error", id="importlib-metadata"),
+    # from the source of CUTLASS's sm90 kernels: the stub of a kernel built without the arch-specific target
+    pytest.param("ERROR : Arch conditional MMA instruction used without targeting appropriate compute capability. "
+                 "Aborting.", "arch_unsupported", id="cutlass-arch-conditional"),
+    # from the source of nvcc's EDG front end and gcc: diagnostics without their file prefix
+    pytest.param('error: identifier "__nv_fp8_e4m3" is undefined', "jit_compile", id="nvcc-identifier-undefined"),
+    pytest.param("error: 'cudaGetDriverEntryPointByVersion' was not declared in this scope", "jit_compile",
+                 id="gcc-not-declared"),
+    # from the source of vLLM's engine core start-up handshake
+    pytest.param("RuntimeError: Did not receive response from front-end process within 5 minutes", "startup_timeout",
+                 id="vllm-handshake"),
+])
+def test_round4b_more_source_wordings(line, cause):
+    assert classify(line + "\n", exit_code=1).cause == cause
+
+
+def test_nccl_warning_of_a_cuda_failure_is_not_named_a_collective_failure():
+    # NCCL reports a CUDA allocation failure as a WARN line: not a failure between ranks
+    assert classify("host:1:2 [0] NCCL WARN Cuda failure 'out of memory'\n", exit_code=1).cause != "distributed_init"
