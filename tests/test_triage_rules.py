@@ -724,6 +724,9 @@ def test_round4b_lookalikes_name_nothing_wrong(log, cause):
     # from the source of vLLM's engine core start-up handshake
     pytest.param("RuntimeError: Did not receive response from front-end process within 5 minutes", "startup_timeout",
                  id="vllm-handshake"),
+    # from the source of older ggml (GGML_ASSERT: file:line: expr) and of launchers' readiness verdicts
+    pytest.param('GGML_ASSERT: /llama.cpp/ggml-cuda.cu:6742: !"CUDA error"', "crash", id="ggml-old-assert"),
+    pytest.param("RuntimeError: The server is not healthy after 600 seconds", "startup_timeout", id="not-healthy-after"),
 ])
 def test_round4b_more_source_wordings(line, cause):
     assert classify(line + "\n", exit_code=1).cause == cause

@@ -84,12 +84,14 @@ def phase(text: str, upto: int, phases: tuple) -> str | None:
 # An assertion's expression is code: its words ("tensor", "memory", "cache") are no cause's
 # vocabulary. The forms (each a regex whose group "x" is the expression): a C macro that printed
 # ``GGML_ASSERT(expr) failed`` (also when the line was cut inside it, after the ``file:line:`` that
-# ggml prints first), glibc's ``Assertion `expr' failed``, glog/abseil ``Check failed: expr (a vs. b)``
-# and torch's ``expr INTERNAL ASSERT FAILED at``. A string literal inside the expression is a message
+# ggml prints first; its older form ``GGML_ASSERT: file:line: expr``), glibc's ``Assertion `expr'
+# failed``, glog/abseil ``Check failed: expr (a vs. b)`` and torch's ``expr INTERNAL ASSERT FAILED at``. A string literal inside the expression is a message
 # (``assert(false && "computeCapability not supported")``) and stays.
 _ASSERT_FORMS = (
     re.compile(r"\b[A-Z][A-Z0-9_]*(?:ASSERT|CHECK)\w*\((?P<x>.*)\)\s*failed"),
     re.compile(r":\d+: [A-Z][A-Z0-9_]*(?:ASSERT|CHECK)\w*\((?P<x>(?!.*\)\s*failed).*)$"),
+    # the older ggml form "GGML_ASSERT: file.c:12: expr"
+    re.compile(r"\b[A-Z][A-Z0-9_]*ASSERT: \S+:\d+: (?P<x>.*)$"),
     re.compile(r"Assertion `(?P<x>.*?)'\s*failed"),
     re.compile(r"Check failed: (?P<x>.*?)(?= \(|\s*$)"),
     re.compile(r"(?:^|: )(?P<x>[^:]*?) INTERNAL ASSERT FAILED\b"),
