@@ -527,6 +527,8 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
     shapes = [r for r in rules if r.near]
     if shapes:
         words = tuple(dict.fromkeys([*causes.gate, *(w for r in shapes for w in r.gate)]))
+        # per shape: its hits so far, its own gate words, the regex of its anchor class (read once)
+        plan = [([], r, r.gate, causes.classes[r.near[0]]) for r in shapes]
         for start in _candidate_lines(text, words):
             _, end = lines.bounds(start)
             line = text[start:end]
@@ -537,19 +539,18 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
             prev = None
             low = line.lower()
             shared: bool | None = None  # does the line hold a shared gate word (read once, when needed)
-            for rule in shapes:
-                at = hits.setdefault(rule, [])
+            for at, rule, gate, anchor in plan:
                 if len(at) >= _EVIDENCE_HITS:
                     continue
-                if rule.gate:
-                    if not _gate_ok(rule.gate, low):
+                if gate:
+                    if not any(w in low for w in gate):
                         continue
                 else:
                     if shared is None:
                         shared = _gate_ok(causes.gate, low)
                     if not shared:
                         continue
-                for m in causes.classes[rule.near[0]].finditer(line):
+                for m in anchor.finditer(line):
                     if prev is None:
                         before = lines.before(start, 1)
                         prev = before[0][1] if before else ""
@@ -559,7 +560,7 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
                             at.append(start)
                             cols[(rule, start)] = m.start()
                         break
-        hits = {r: ss for r, ss in hits.items() if ss}
+        hits = {rule: at for at, rule, _, _ in plan if at}
     regions = [(r0, r1, text[r0:r1] if (r0, r1) != (0, len(text)) else text)
                for r0, r1 in _regions(text, _PATTERN_SPAN)]
     for rule in rules:
