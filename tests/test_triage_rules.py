@@ -693,6 +693,8 @@ def test_round4b_classes_from_the_sources(line, cause):
     ("INFO 01-01 10:00:00 [config.py:1] swap_space=4 GiB of CPU memory per GPU\n", None),
     # a process group's timeout setting is no timeout
     ("Initializing process group with timeout 0:30:00 for 8 ranks\n", None),
+    # a model file that fails to load next to a library name is the model's
+    ("ERROR: failed to load model weights /models/x.safetensors (loader libllama.so)\n", "model_load"),
 ])
 def test_round4b_lookalikes_name_nothing_wrong(log, cause):
     found = find_cause(log)
@@ -727,6 +729,22 @@ def test_round4b_lookalikes_name_nothing_wrong(log, cause):
     # from the source of older ggml (GGML_ASSERT: file:line: expr) and of launchers' readiness verdicts
     pytest.param('GGML_ASSERT: /llama.cpp/ggml-cuda.cu:6742: !"CUDA error"', "crash", id="ggml-old-assert"),
     pytest.param("RuntimeError: The server is not healthy after 600 seconds", "startup_timeout", id="not-healthy-after"),
+    # from the device APIs' error enums (HIP's hipError_t, Vulkan's VkResult / vk::Result)
+    pytest.param("ggml_cuda_init: hipMalloc failed with hipErrorOutOfMemory", "oom_gpu", id="hip-enum"),
+    pytest.param("ggml_vulkan: vk::Device::allocateMemory: ErrorOutOfDeviceMemory", "oom_gpu", id="vulkan-enum"),
+    # from the source of torchvision's extension loader and torch's dispatcher; Windows' loader (WinError 127)
+    pytest.param("RuntimeError: Couldn't load custom C++ ops. This can happen if your PyTorch and torchvision versions "
+                 "are incompatible", "import_error", id="torchvision-custom-ops"),
+    pytest.param("RuntimeError: operator torchvision::nms does not exist", "import_error", id="torch-operator-missing"),
+    pytest.param("OSError: [WinError 127] The specified procedure could not be found. Error loading "
+                 "\"C:\\torch\\lib\\c10_cuda.dll\" or one of its dependencies.", "import_error", id="winerror-127"),
+    pytest.param("RuntimeError: Failed to load library libnvinfer_plugin.so.10", "import_error", id="failed-to-load-so"),
+    # the GPU as the subject of a refusal; the CUDA runtime's "driver version is insufficient" in other words
+    pytest.param("RuntimeError: This GPU does not support tensor memory accelerator operations", "arch_unsupported",
+                 id="this-gpu-does-not-support"),
+    # from the source of llama.cpp's model loader: a tensor of another shape than the architecture expects
+    pytest.param("llama_model_load: error loading model: check_tensor_dims: tensor 'output.weight' has wrong shape; "
+                 "expected  4096, 32000, got  4096, 32001", "model_load", id="llamacpp-wrong-shape"),
 ])
 def test_round4b_more_source_wordings(line, cause):
     assert classify(line + "\n", exit_code=1).cause == cause
