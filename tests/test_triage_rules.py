@@ -590,6 +590,10 @@ OLLAMA_SUMMARY = ('time=2025-03-05T04:13:07.343Z level=ERROR source=sched.go:456
                  "report a bug to PyTorch.\n", id="torch-internal-assert"),
     pytest.param("thread 'main' panicked at src/loader.rs:40:9:\nindex out of bounds: the len is 3 but the index is 7\n",
                  id="rust-panic"),
+    # from the source of Go's runtime: an unrecovered panic, then the running goroutine's stack; the
+    # wrapper's later summary ("error loading model") is its consequence
+    pytest.param("panic: runtime error: index out of range [3] with length 3\n\ngoroutine 1 [running]:\nmain.main()\n"
+                 + OLLAMA_SUMMARY.format("error loading model: unable to load model weights"), id="go-panic"),
 ])
 def test_a_quoted_crash_outranks_the_summary_that_quotes_or_follows_it(log):
     d = classify(log, exit_code=1)
@@ -605,6 +609,7 @@ def test_a_quoted_crash_outranks_the_summary_that_quotes_or_follows_it(log):
     ("RuntimeError: Expected is_sm90 || is_sm8x to be true, but got false.\n", "arch_unsupported"),
     ("thread 'main' panicked at 'error binding to 0.0.0.0:3000: Address already in use (os error 98)', src/main.rs:9:5\n",
      "port_in_use"),
+    ("panic: listen tcp 127.0.0.1:11434: bind: address already in use\n\ngoroutine 1 [running]:\n", "port_in_use"),
     # an earlier root cause still wins over the abort it led to
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\nterminate called without an active "
      "exception\nAborted (core dumped)\n", "oom_gpu"),
