@@ -613,6 +613,14 @@ def test_a_quoted_crash_outranks_the_summary_that_quotes_or_follows_it(log):
     # an earlier root cause still wins over the abort it led to
     ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\nterminate called without an active "
      "exception\nAborted (core dumped)\n", "oom_gpu"),
+    # a wrapper that names the child's signal, then dumps the child's stderr: the traceback in the dump is
+    # a report of its own, not the crash's summary
+    ("ERROR launcher: worker process was signaled to shutdown with signal 6\nERROR launcher: worker stderr:\n"
+     "Traceback (most recent call last):\n  File \"/x/server.py\", line 9, in <module>\n"
+     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", "oom_gpu"),
+    # a root cause far after the crash (another run, another process) is no summary of it
+    ("ggml.c:1721: GGML_ASSERT(a->ne[2] == b->ne[0]) failed\n" + "INFO step\n" * 30
+     + "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB\n", "oom_gpu"),
     # a CUDA kernel's device-side assert (it names block and thread) is a kernel fault, not a host abort
     ("Indexing.cu:1236: indexSelectSmallIndex: block: [0,0,0], thread: [3,0,0] Assertion `srcIndex < srcSelectDimSize` "
      "failed.\nRuntimeError: CUDA error: device-side assert triggered\n", "illegal_memory_access"),

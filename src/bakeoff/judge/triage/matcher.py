@@ -349,6 +349,7 @@ def _tail_evidence(text: str, n: int = 5, errors_first: bool = True) -> list[str
 
 
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+_CONSEQUENCE_LINES = 20  # a wrapper's summary of a crash follows it within this many lines
 _GAVE_UP_WITHIN = 20  # lines after a retried error in which "the retries ran out" makes it stand
 _PREFIX = re.compile(r"^.{0,120}?\]\s+(?=\S)")  # a log prefix ("(pid=1) ERROR 01-01 00:00:00 [x.py:4] ")
 
@@ -597,20 +598,32 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
     return hits, cols
 
 
-def _consequences(hits: dict[Rule, list[int]], cols: dict) -> dict[Rule, list[int]]:
-    """``hits`` without the root-cause lines that are consequences of a crash: after the first line
-    where the process died (an ``ends_process`` rule's match: an assertion, an abort, a fail-fast
-    exit), or on that line with the root cause's match before the crash's (a wrapper's summary that
-    quotes it: "error loading llama server: ... GGML_ASSERT(...) failed"). A root cause named inside
-    or after the crash on its line (``Check failed: ... no kernel image``) is the crash's reason."""
+def _consequences(text: str, hits: dict[Rule, list[int]], cols: dict) -> dict[Rule, list[int]]:
+    """``hits`` without the root-cause lines that are consequences of a crash: within
+    ``_CONSEQUENCE_LINES`` lines after the first line where the process died (an ``ends_process``
+    rule's match: an assertion, an abort, a fail-fast exit), or on that line with the root cause's
+    match before the crash's (a wrapper's summary that quotes it: "error loading llama server: ...
+    GGML_ASSERT(...) failed"). A root cause named inside or after the crash on its line (``Check
+    failed: ... no kernel image``) is the crash's reason; a traceback that starts after the crash line
+    is a report of its own (a wrapper dumping the dead child's stderr after naming its signal), so the
+    root causes in and after it stay."""
     ends = [(s, cols[(r, s)]) for r, ss in hits.items() if r.ends_process for s in ss]
     if not ends:
         return hits
     crash_at, crash_col = min(ends)
+    tb = _TRACEBACK.search(text, crash_at)
+    # root causes from here on are no summary of the crash: the next traceback, or too far after it
+    limit = text.find("\n", crash_at)
+    for _ in range(_CONSEQUENCE_LINES):
+        if limit < 0:
+            break
+        limit = text.find("\n", limit + 1)
+    stop = min(x for x in (tb.start() if tb else -1, limit, len(text)) if x >= 0)
     out = {}
     for rule, starts in hits.items():
         if rule.tier == "root":
-            starts = [s for s in starts if s < crash_at or (s == crash_at and cols[(rule, s)] >= crash_col)]
+            starts = [s for s in starts
+                      if s < crash_at or s >= stop or (s == crash_at and cols[(rule, s)] >= crash_col)]
         if starts:
             out[rule] = starts
     return out
@@ -637,7 +650,7 @@ def find_cause(
     ]
     text = log_text or ""
     hits, cols = _scan(text, causes, rules)
-    hits = _consequences(hits, cols)
+    hits = _consequences(text, hits, cols)
     sig = _signal_of(exit_code, signal)
     by_status = [
         r for r in rules
