@@ -706,6 +706,9 @@ def test_round4b_classes_from_the_sources(line, cause):
     ("INFO 01-01 10:00:00 [config.py:1] swap_space=4 GiB of CPU memory per GPU\n", None),
     # a process group's timeout setting is no timeout
     ("Initializing process group with timeout 0:30:00 for 8 ranks\n", None),
+    # a port check that goes on with another port; a hanging thread of an emulator is no engine hang verdict
+    ("Port 30000 is not available, trying 30001\n", None),
+    ("emulator: ERROR | detected a hanging thread 'QEMU2 CPU0 thread'\n", None),
     # a model file that fails to load next to a library name is the model's
     ("ERROR: failed to load model weights /models/x.safetensors (loader libllama.so)\n", "model_load"),
 ])
@@ -758,6 +761,12 @@ def test_round4b_lookalikes_name_nothing_wrong(log, cause):
     # from the source of llama.cpp's model loader: a tensor of another shape than the architecture expects
     pytest.param("llama_model_load: error loading model: check_tensor_dims: tensor 'output.weight' has wrong shape; "
                  "expected  4096, 32000, got  4096, 32001", "model_load", id="llamacpp-wrong-shape"),
+    # from the source of servers' own port checks before they bind
+    pytest.param("ValueError: Port 30000 is not available. Please choose another port.", "port_in_use",
+                 id="port-not-available"),
+    pytest.param("ERROR: Address 0.0.0.0:8000 is already in use", "port_in_use", id="address-already-in-use"),
+    # a watchdog's verdict that the work stopped making progress
+    pytest.param("ERROR: detected a hang: no progress for 600 seconds", "hang", id="hang-detected"),
 ])
 def test_round4b_more_source_wordings(line, cause):
     assert classify(line + "\n", exit_code=1).cause == cause
