@@ -706,6 +706,12 @@ def test_round4b_classes_from_the_sources(line, cause):
     ("INFO 01-01 10:00:00 [config.py:1] swap_space=4 GiB of CPU memory per GPU\n", None),
     # a process group's timeout setting is no timeout
     ("Initializing process group with timeout 0:30:00 for 8 ranks\n", None),
+    # a model's architecture is no GPU's (from the source of transformers' GGUF loader; model types in
+    # an engine's refusal): the first names the model, the others name nothing rather than a GPU
+    ("ValueError: GGUF model with architecture gemma3n is not supported yet.\n", "model_load"),
+    ("ValueError: GGUF architecture 'qwen35' not supported\n", None),
+    ("RuntimeError: Unsupported architecture: qwen3next\n", None),
+    ("RuntimeError: Unsupported architecture: sm_120\n", "arch_unsupported"),
     # a port check that goes on with another port; a hanging thread of an emulator is no engine hang verdict
     ("Port 30000 is not available, trying 30001\n", None),
     ("emulator: ERROR | detected a hanging thread 'QEMU2 CPU0 thread'\n", None),
