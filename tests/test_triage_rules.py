@@ -712,6 +712,12 @@ def test_round4b_classes_from_the_sources(line, cause):
     ("ValueError: GGUF architecture 'qwen35' not supported\n", None),
     ("RuntimeError: Unsupported architecture: qwen3next\n", None),
     ("RuntimeError: Unsupported architecture: sm_120\n", "arch_unsupported"),
+    # a number format refused for a quantization method is the method's, not the GPU's (from the source
+    # of vLLM's quantization configs)
+    ("ValueError: torch.bfloat16 is not supported for quantization method awq. Supported dtypes: "
+     "[torch.float16]\n", None),
+    # a parallel size that does not divide the heads, in other words
+    ("ValueError: Tensor parallel size 3 does not divide the number of attention heads 32\n", "bad_args"),
     # a port check that goes on with another port; a hanging thread of an emulator is no engine hang verdict
     ("Port 30000 is not available, trying 30001\n", None),
     ("emulator: ERROR | detected a hanging thread 'QEMU2 CPU0 thread'\n", None),
