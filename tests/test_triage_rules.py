@@ -716,6 +716,10 @@ def test_round4b_classes_from_the_sources(line, cause):
     # of vLLM's quantization configs)
     ("ValueError: torch.bfloat16 is not supported for quantization method awq. Supported dtypes: "
      "[torch.float16]\n", None),
+    # the loader's "error loading model:" prefix before an allocation failure is no file problem (from the
+    # source of llama.cpp's loader); with a device named it is the GPU's memory
+    ("llama_model_load: error loading model: unable to allocate backend buffer\n", None),
+    ("llama_model_load: error loading model: unable to allocate CUDA0 buffer\n", "oom_gpu"),
     # a parallel size that does not divide the heads, in other words
     ("ValueError: Tensor parallel size 3 does not divide the number of attention heads 32\n", "bad_args"),
     # a port check that goes on with another port; a hanging thread of an emulator is no engine hang verdict
