@@ -716,6 +716,15 @@ def test_round4b_classes_from_the_sources(line, cause):
     # of vLLM's quantization configs)
     ("ValueError: torch.bfloat16 is not supported for quantization method awq. Supported dtypes: "
      "[torch.float16]\n", None),
+    # a bare AssertionError whose failing statement checks the device's capability (torch's
+    # get_device_capability, vLLM's current_platform.has_device_capability) is the GPU's; another
+    # bare assert names nothing
+    ('Traceback (most recent call last):\n  File "/x/fa3.py", line 12, in forward\n'
+     "    assert torch.cuda.get_device_capability()[0] >= 9\nAssertionError\n", "arch_unsupported"),
+    ("(EngineCore pid=1) ERROR [core.py:1]     assert current_platform.has_device_capability(90)\n"
+     "(EngineCore pid=1) ERROR [core.py:1] AssertionError\n", "arch_unsupported"),
+    ('Traceback (most recent call last):\n  File "/x/a.py", line 12, in f\n    assert len(x) == 3\nAssertionError\n',
+     None),
     # the loader's "error loading model:" prefix before an allocation failure is no file problem (from the
     # source of llama.cpp's loader); with a device named it is the GPU's memory
     ("llama_model_load: error loading model: unable to allocate backend buffer\n", None),
