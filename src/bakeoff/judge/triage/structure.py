@@ -93,7 +93,9 @@ _ASSERT_FORMS = (
     # the older ggml form "GGML_ASSERT: file.c:12: expr"
     re.compile(r"\b[A-Z][A-Z0-9_]*ASSERT: \S+:\d+: (?P<x>.*)$"),
     re.compile(r"Assertion `(?P<x>.*?)'\s*failed"),
-    re.compile(r"Check failed: (?P<x>.*?)(?= \(|\s*$)"),
+    # glog's "Check failed: a == b (1 vs. 2) message", TVM's "Check failed: (a == b) is false: message":
+    # the expression is a parenthesized one or a chain of operands and operators, the message stays
+    re.compile(r"Check failed: (?P<x>\(.*?\)(?= is false)|[^\s(]+(?: (?:==|!=|<=|>=|<|>|&&|\|\|) [^\s(]+)*)"),
     re.compile(r"(?:^|: )(?P<x>[^:]*?) INTERNAL ASSERT FAILED\b"),
 )
 _ASSERT_WORDS = ("ASSERT", "Assertion `", "Check failed")
