@@ -697,6 +697,9 @@ def test_round4b_classes_from_the_sources(line, cause):
      "7 0 is not supported\n2023-07-24T02:39:20Z ERROR launcher: Error when initializing model\n", "arch_unsupported"),
     ("2023-07-24T02:39:19Z  WARN launcher: Could not import Flash Attention enabled models: GPU with CUDA capability "
      "7 0 is not supported\n2023-07-24T02:39:25Z  INFO launcher: Connected\n", None),
+    ("WARN: GPU with CUDA capability 7 0 is not supported\nERROR: Error when initializing model\n", "arch_unsupported"),
+    # ... only when the failure follows closely (an unrelated error much later is not what it warned of)
+    ("WARN: GPU with CUDA capability 7 0 is not supported\n" + "INFO step\n" * 15 + "ERROR: something else\n", None),
     # a compiler's command line at INFO is the build's progress, not its failure
     ("INFO 03-05 09:56:09 [jit.py:10] /usr/local/cuda/bin/nvcc --generate-dependencies-with-compile -c x.cu\n", None),
     # a wait for a worker's response is the engine serving, not its start-up

@@ -89,7 +89,7 @@ class Rule:
     match_warnings: bool = False
     ignore_when_timed_out: bool = False
     ends_process: bool = False  # the process died on the matched line (see _consequences)
-    then_failed: bool = False  # the line counts only when an error line or a traceback follows it
+    then_failed: bool = False  # the line counts only when an error line or a traceback follows it closely
     near: tuple[str, ...] = ()
     gate: tuple[str, ...] = ()  # lowercase words; () = the shared shape_gate
     window: int = 80
@@ -350,6 +350,7 @@ def _tail_evidence(text: str, n: int = 5, errors_first: bool = True) -> list[str
 
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 _CONSEQUENCE_LINES = 20  # a wrapper's summary of a crash follows it within this many lines
+_THEN_FAILED_WITHIN = 10  # a warned cause counts when the engine fails within this many lines after it
 _GAVE_UP_WITHIN = 20  # lines after a retried error in which "the retries ran out" makes it stand
 _PREFIX = re.compile(r"^.{0,120}?\]\s+(?=\S)")  # a log prefix ("(pid=1) ERROR 01-01 00:00:00 [x.py:4] ")
 
@@ -376,19 +377,19 @@ class _Filter:
         self._any_retry: bool | None = None  # read on the first line that needs it: most logs never retry
         self._went_on: int | None | bool = False  # False: not read yet; None: the engine never went on
         self._gave_up_at: list[int] | None = None  # starts of the gave_up lines, read once when needed
-        self._last_failure: int | None | bool = False  # offset of the last error line / traceback (False: not read)
+        self._failures: list[int] | None = None  # starts of the error lines / tracebacks, read once when needed
 
     def failed_after(self, start: int) -> bool:
-        """An error-level line or a traceback comes after the line starting at ``start``."""
-        if self._last_failure is False:
-            text, last = self.lines.text, None
-            for r0, r1 in _regions(text, _PATTERN_SPAN):
-                for rx in (self.c.error_level, _TRACEBACK):
-                    for m in rx.finditer(text, r0, r1):
-                        last = m.start() if last is None else max(last, m.start())
-            self._last_failure = last
+        """An error-level line or a traceback follows the line starting at ``start`` within
+        ``_THEN_FAILED_WITHIN`` lines: the engine failed right after what the line warned of."""
+        text = self.lines.text
+        if self._failures is None:
+            level = re.compile(self.c.error_level.pattern, re.M)  # "^ERROR" at any line's start
+            self._failures = sorted(m.start() for r0, r1 in _regions(text, _PATTERN_SPAN)
+                                    for rx in (level, _TRACEBACK) for m in rx.finditer(text, r0, r1))
         _, end = self.lines.bounds(start)
-        return self._last_failure is not None and self._last_failure > end
+        i = bisect.bisect_left(self._failures, end)  # a match may start at the newline before its line
+        return i < len(self._failures) and text.count("\n", end, self._failures[i]) <= _THEN_FAILED_WITHIN
 
     def _went_on_line(self) -> int | None:
         """Start of the line of the last ``went_on`` match (head and tail of a big log), or None."""

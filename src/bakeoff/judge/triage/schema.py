@@ -56,7 +56,8 @@ class RuleSpec(_Strict):
     # it, or one that quotes it (the root cause's words wholly before the crash on the line: a wrapper's
     # summary), is its consequence and not evidence
     ends_process: bool = False
-    # the line counts only when the engine failed after it (an error-level line or a traceback follows):
+    # the line counts only when the engine failed right after it (an error-level line or a traceback within
+    # 10 lines):
     # for warnings that name a cause only when something then failed
     then_failed: bool = False
     near: list[str] = []
