@@ -709,6 +709,10 @@ def test_round4b_classes_from_the_sources(line, cause):
     ("ImportError: bad magic number in 'vllm': b'\\x03\\xf3\\r\\n'\n", "import_error"),
     # a swap-space setting is no shortfall
     ("INFO 01-01 10:00:00 [config.py:1] swap_space=4 GiB of CPU memory per GPU\n", None),
+    # a start-up timeout setting is no timeout; a collective's initialisation timing out is distributed_init's
+    ("INFO: startup took 12 s, timeout 600s\n", None),
+    ("Initializing the engine, startup timeout 600 s\n", None),
+    ("RuntimeError: NCCL initialization timed out after 600 seconds\n", "distributed_init"),
     # a process group's timeout setting is no timeout
     ("Initializing process group with timeout 0:30:00 for 8 ranks\n", None),
     # a model's architecture is no GPU's (from the source of transformers' GGUF loader; model types in
@@ -797,6 +801,14 @@ def test_round4b_lookalikes_name_nothing_wrong(log, cause):
     pytest.param("ERROR: Address 0.0.0.0:8000 is already in use", "port_in_use", id="address-already-in-use"),
     # a watchdog's verdict that the work stopped making progress
     pytest.param("ERROR: detected a hang: no progress for 600 seconds", "hang", id="hang-detected"),
+    # launchers' and routers' start-up verdicts in other words
+    pytest.param("ERROR: Timeout waiting for workers to become ready: 1/2 ready after 600s", "startup_timeout",
+                 id="timeout-waiting-for-workers"),
+    pytest.param("RuntimeError: Initialization timed out after 1800 seconds", "startup_timeout",
+                 id="initialization-timed-out"),
+    pytest.param("TimeoutError: The engine did not start within 600 seconds", "startup_timeout", id="did-not-start-within"),
+    pytest.param("RuntimeError: server did not start up within the given timeout", "startup_timeout",
+                 id="within-the-given-timeout"),
 ])
 def test_round4b_more_source_wordings(line, cause):
     assert classify(line + "\n", exit_code=1).cause == cause
