@@ -712,6 +712,8 @@ def test_round4b_classes_from_the_sources(line, cause):
     # a start-up timeout setting is no timeout; a collective's initialisation timing out is distributed_init's
     ("INFO: startup took 12 s, timeout 600s\n", None),
     ("Initializing the engine, startup timeout 600 s\n", None),
+    ("INFO: warmup finished within 12 seconds\n", None),
+    ("Startup complete within 30 seconds\n", None),
     ("RuntimeError: NCCL initialization timed out after 600 seconds\n", "distributed_init"),
     # a process group's timeout setting is no timeout
     ("Initializing process group with timeout 0:30:00 for 8 ranks\n", None),
