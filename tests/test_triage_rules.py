@@ -714,6 +714,7 @@ def test_round4b_classes_from_the_sources(line, cause):
     ("Initializing the engine, startup timeout 600 s\n", None),
     ("INFO: warmup finished within 12 seconds\n", None),
     ("Startup complete within 30 seconds\n", None),
+    ("INFO: handshake completed within 2 seconds\n", None),
     ("RuntimeError: NCCL initialization timed out after 600 seconds\n", "distributed_init"),
     # a process group's timeout setting is no timeout
     ("Initializing process group with timeout 0:30:00 for 8 ranks\n", None),
