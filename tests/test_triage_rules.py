@@ -715,6 +715,8 @@ def test_round4b_classes_from_the_sources(line, cause):
     ("INFO: warmup finished within 12 seconds\n", None),
     ("Startup complete within 30 seconds\n", None),
     ("INFO: handshake completed within 2 seconds\n", None),
+    # a 404 for an optional file of the repository (engines probe for them) is no missing model
+    ("404 Client Error: Not Found for url: https://huggingface.co/org/m/resolve/main/generation_config.json\n", None),
     ("RuntimeError: NCCL initialization timed out after 600 seconds\n", "distributed_init"),
     # a process group's timeout setting is no timeout
     ("Initializing process group with timeout 0:30:00 for 8 ranks\n", None),
@@ -802,6 +804,9 @@ def test_round4b_lookalikes_name_nothing_wrong(log, cause):
     pytest.param("ValueError: Port 30000 is not available. Please choose another port.", "port_in_use",
                  id="port-not-available"),
     pytest.param("ERROR: Address 0.0.0.0:8000 is already in use", "port_in_use", id="address-already-in-use"),
+    # requests' own message for the hub's 404 on the model's URL
+    pytest.param("requests.exceptions.HTTPError: 404 Client Error: Not Found for url: "
+                 "https://huggingface.co/api/models/org/missing-model", "model_load", id="hub-404"),
     # a watchdog's verdict that the work stopped making progress
     pytest.param("ERROR: detected a hang: no progress for 600 seconds", "hang", id="hang-detected"),
     # launchers' and routers' start-up verdicts in other words
