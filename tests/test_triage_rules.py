@@ -610,6 +610,10 @@ def test_a_quoted_crash_outranks_the_summary_that_quotes_or_follows_it(log):
     ("thread 'main' panicked at 'error binding to 0.0.0.0:3000: Address already in use (os error 98)', src/main.rs:9:5\n",
      "port_in_use"),
     ("panic: listen tcp 127.0.0.1:11434: bind: address already in use\n\ngoroutine 1 [running]:\n", "port_in_use"),
+    # glog's check with the device only in its expression ("cudaSuccess"): the expression's words qualify
+    # the cause the message names (out of memory), they do not name one
+    ("F0101 x.cc:1] Check failed: status == cudaSuccess (2 vs. 0) out of memory\n*** Check failure stack trace: ***\n"
+     "Aborted (core dumped)\n", "oom_gpu"),
     # TVM's form of the check ("Check failed: (expr) is false: message"): the message names the cause
     ("tvm.error.InternalError: Check failed: (code == CUDA_SUCCESS) is false: NVRTC error\n", "jit_compile"),
     # an earlier root cause still wins over the abort it led to

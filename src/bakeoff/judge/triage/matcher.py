@@ -536,8 +536,9 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
             line = text[start:end]
             if _FRAME.search(line):
                 continue
-            # an assertion's expression is code: its words are no cause's vocabulary
-            line = structure.mask_assertions(line)
+            # an assertion's expression is code: its words name no cause (the anchor is read on the line
+            # with them blanked); the other classes qualify the cause and may come from it ("cudaSuccess")
+            masked = structure.mask_assertions(line)
             prev = None
             low = line.lower()
             shared: bool | None = None  # does the line hold a shared gate word (read once, when needed)
@@ -552,7 +553,7 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
                         shared = _gate_ok(causes.gate, low)
                     if not shared:
                         continue
-                for m in anchor.finditer(line):
+                for m in anchor.finditer(masked):
                     if prev is None:
                         before = lines.before(start, 1)
                         prev = before[0][1] if before else ""
