@@ -492,7 +492,9 @@ def test_real_engine_truncated_model_is_model_load(real_llamacpp, tmp_path):
     log = subprocess.run([real_llamacpp.binary, "-m", str(cut), "--port", str(_free_port())],
                          capture_output=True, text=True, timeout=120)
     d = classify(log.stdout + log.stderr, exit_code=log.returncode, engine="llamacpp")
-    assert d.cause == "model_load" and "invalid magic" in d.evidence[0], d.evidence  # the root line first
+    # the root line (the first evidence of the cause, quoted with the line before it) is the magic's refusal
+    root = next(e for e in d.evidence if e.startswith(f"L{d.line}: "))
+    assert d.cause == "model_load" and "invalid magic" in root, d.evidence
 
 
 def test_real_engine_loading_forever_quotes_what_the_server_said(real_llamacpp, tmp_path):

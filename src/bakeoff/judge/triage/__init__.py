@@ -40,7 +40,11 @@ Decision order:
    not a line saying the engine coped (falling back, forcing off, skipping, ignoring, a 4xx answered
    to a client), not followed within a few lines by a retry nor repeating a retried message (unless
    a ``gave_up`` line follows: the retries ran out), and not before a ``went_on`` line (the server
-   went on to listen or serve: the error did not stop it). The winning
+   went on to listen or serve: the error did not stop it). A rule with ``then_failed`` counts only
+   when an error line or a traceback follows its line closely. A shape does not take its anchor (the
+   word that names the cause) from the code of an assertion's expression (``structure.mask_assertions``). Root-cause lines after the first line of an
+   ``ends_process`` rule (an assertion, an abort, a fail-fast exit), or on it before the crash (a
+   wrapper quoting it), are the crash's consequences, not evidence. The winning
    cause is the one whose first evidence line ranks highest by (tier, earliest line, priority):
    the first root cause (arch_unsupported, oom_gpu, oom_host, import_error, bad_args, jit_compile,
    model_load, illegal_memory_access, port_in_use) beats symptoms (distributed_init, killed, crash), which

@@ -88,6 +88,8 @@ class Rule:
     within: int = 6
     match_warnings: bool = False
     ignore_when_timed_out: bool = False
+    ends_process: bool = False  # the process died on the matched line (see _consequences)
+    then_failed: bool = False  # the line counts only when an error line or a traceback follows it closely
     near: tuple[str, ...] = ()
     gate: tuple[str, ...] = ()  # lowercase words; () = the shared shape_gate
     window: int = 80
@@ -346,6 +348,9 @@ def _tail_evidence(text: str, n: int = 5, errors_first: bool = True) -> list[str
     return [f"L{k}: {_clip(t)}" for k, t in numbered[-n:]]
 
 
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+_CONSEQUENCE_LINES = 20  # a wrapper's summary of a crash follows it within this many lines
+_THEN_FAILED_WITHIN = 10  # a warned cause counts when the engine fails within this many lines after it
 _GAVE_UP_WITHIN = 20  # lines after a retried error in which "the retries ran out" makes it stand
 _PREFIX = re.compile(r"^.{0,120}?\]\s+(?=\S)")  # a log prefix ("(pid=1) ERROR 01-01 00:00:00 [x.py:4] ")
 
@@ -372,6 +377,19 @@ class _Filter:
         self._any_retry: bool | None = None  # read on the first line that needs it: most logs never retry
         self._went_on: int | None | bool = False  # False: not read yet; None: the engine never went on
         self._gave_up_at: list[int] | None = None  # starts of the gave_up lines, read once when needed
+        self._failures: list[int] | None = None  # starts of the error lines / tracebacks, read once when needed
+
+    def failed_after(self, start: int) -> bool:
+        """An error-level line or a traceback follows the line starting at ``start`` within
+        ``_THEN_FAILED_WITHIN`` lines: the engine failed right after what the line warned of."""
+        text = self.lines.text
+        if self._failures is None:
+            level = re.compile(self.c.error_level.pattern, re.M)  # "^ERROR" at any line's start
+            self._failures = sorted(m.start() for r0, r1 in _regions(text, _PATTERN_SPAN)
+                                    for rx in (level, _TRACEBACK) for m in rx.finditer(text, r0, r1))
+        _, end = self.lines.bounds(start)
+        i = bisect.bisect_left(self._failures, end)  # a match may start at the newline before its line
+        return i < len(self._failures) and text.count("\n", end, self._failures[i]) <= _THEN_FAILED_WITHIN
 
     def _went_on_line(self) -> int | None:
         """Start of the line of the last ``went_on`` match (head and tail of a big log), or None."""
@@ -501,43 +519,51 @@ def _candidate_lines(text: str, gate: tuple[str, ...]) -> list[int]:
     return sorted(starts)
 
 
-def _scan(text: str, causes: _Causes, rules: list[Rule]) -> dict[Rule, list[int]]:
-    """Map each rule to the start offsets of the first few lines it matches, in log order."""
+def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, list[int]], dict]:
+    """Map each rule to the start offsets of the first few lines it matches, in log order; and
+    (rule, line start) -> the column where the rule matched on that line."""
     hits: dict[Rule, list[int]] = {}
+    cols: dict[tuple[Rule, int], int] = {}
     lines = _Lines(text)
     filt = _Filter(causes, lines)
     shapes = [r for r in rules if r.near]
     if shapes:
         words = tuple(dict.fromkeys([*causes.gate, *(w for r in shapes for w in r.gate)]))
+        # per shape: its hits so far, its own gate words, the regex of its anchor class (read once)
+        plan = [([], r, r.gate, causes.classes[r.near[0]]) for r in shapes]
         for start in _candidate_lines(text, words):
             _, end = lines.bounds(start)
             line = text[start:end]
             if _FRAME.search(line):
                 continue
+            # an assertion's expression is code: its words name no cause (the anchor is read on the line
+            # with them blanked); the other classes qualify the cause and may come from it ("cudaSuccess")
+            masked = structure.mask_assertions(line)
             prev = None
             low = line.lower()
             shared: bool | None = None  # does the line hold a shared gate word (read once, when needed)
-            for rule in shapes:
-                at = hits.setdefault(rule, [])
+            for at, rule, gate, anchor in plan:
                 if len(at) >= _EVIDENCE_HITS:
                     continue
-                if rule.gate:
-                    if not _gate_ok(rule.gate, low):
+                if gate:
+                    if not any(w in low for w in gate):
                         continue
                 else:
                     if shared is None:
                         shared = _gate_ok(causes.gate, low)
                     if not shared:
                         continue
-                for m in causes.classes[rule.near[0]].finditer(line):
+                for m in anchor.finditer(masked):
                     if prev is None:
                         before = lines.before(start, 1)
                         prev = before[0][1] if before else ""
                     if _shape_ok(rule, causes.classes, line, (m.start(), m.end()), prev):
-                        if not filt.excluded(rule, start, line, m.end()):
+                        if not filt.excluded(rule, start, line, m.end()) and (
+                                not rule.then_failed or filt.failed_after(start)):
                             at.append(start)
+                            cols[(rule, start)] = m.start()
                         break
-        hits = {r: ss for r, ss in hits.items() if ss}
+        hits = {rule: at for at, rule, _, _ in plan if at}
     regions = [(r0, r1, text[r0:r1] if (r0, r1) != (0, len(text)) else text)
                for r0, r1 in _regions(text, _PATTERN_SPAN)]
     for rule in rules:
@@ -560,15 +586,49 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> dict[Rule, list[int]
                     continue
                 if rule.not_regex is not None and rule.not_regex.search(line):
                     continue
+                if rule.then_failed and not filt.failed_after(start):
+                    continue
                 if rule.before_regex is not None and not any(
                     rule.before_regex.search(t) for _, t in lines.before(start, rule.within)
                 ):
                     continue
                 got.add(start)
+                cols[(rule, start)] = m.start() - start
                 found += 1
         if got:
             hits[rule] = sorted(got)[:_EVIDENCE_HITS]
-    return hits
+    return hits, cols
+
+
+def _consequences(text: str, hits: dict[Rule, list[int]], cols: dict) -> dict[Rule, list[int]]:
+    """``hits`` without the root-cause lines that are consequences of a crash: within
+    ``_CONSEQUENCE_LINES`` lines after the first line where the process died (an ``ends_process``
+    rule's match: an assertion, an abort, a fail-fast exit), or on that line with the root cause's
+    match before the crash's (a wrapper's summary that quotes it: "error loading llama server: ...
+    GGML_ASSERT(...) failed"). A root cause named inside or after the crash on its line (``Check
+    failed: ... no kernel image``) is the crash's reason; a traceback that starts after the crash line
+    is a report of its own (a wrapper dumping the dead child's stderr after naming its signal), so the
+    root causes in and after it stay."""
+    ends = [(s, cols[(r, s)]) for r, ss in hits.items() if r.ends_process for s in ss]
+    if not ends:
+        return hits
+    crash_at, crash_col = min(ends)
+    tb = _TRACEBACK.search(text, crash_at)
+    # root causes from here on are no summary of the crash: the next traceback, or too far after it
+    limit = text.find("\n", crash_at)
+    for _ in range(_CONSEQUENCE_LINES):
+        if limit < 0:
+            break
+        limit = text.find("\n", limit + 1)
+    stop = min(x for x in (tb.start() if tb else -1, limit, len(text)) if x >= 0)
+    out = {}
+    for rule, starts in hits.items():
+        if rule.tier == "root":
+            starts = [s for s in starts
+                      if s < crash_at or s >= stop or (s == crash_at and cols[(rule, s)] >= crash_col)]
+        if starts:
+            out[rule] = starts
+    return out
 
 
 def find_cause(
@@ -591,7 +651,8 @@ def find_cause(
         if r.applies_to(eng) and not ((timed_out or hung) and r.ignore_when_timed_out)
     ]
     text = log_text or ""
-    hits = _scan(text, causes, rules)
+    hits, cols = _scan(text, causes, rules)
+    hits = _consequences(text, hits, cols)
     sig = _signal_of(exit_code, signal)
     by_status = [
         r for r in rules

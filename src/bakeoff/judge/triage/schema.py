@@ -52,6 +52,14 @@ class RuleSpec(_Strict):
     before: str | None = None
     within: int = Field(default=6, ge=1)
     match_warnings: bool = False
+    # the process died on this line (an assertion, an abort, a fail-fast exit): a root-cause line after
+    # it, or one that quotes it (the root cause's words wholly before the crash on the line: a wrapper's
+    # summary), is its consequence and not evidence
+    ends_process: bool = False
+    # the line counts only when the engine failed right after it (an error-level line or a traceback within
+    # 10 lines):
+    # for warnings that name a cause only when something then failed
+    then_failed: bool = False
     near: list[str] = []
     # words (any case) one of which a line must contain for this shape to be tried on it; without
     # them, the shared ``shape_gate`` of _common.toml. A pre-filter only: it must never hide a match

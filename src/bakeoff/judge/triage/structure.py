@@ -79,3 +79,40 @@ def phase(text: str, upto: int, phases: tuple) -> str | None:
             if rx is not None and rx.search(line):
                 return name
     return None
+
+
+# An assertion's expression is code: its words ("tensor", "memory", "cache") are no cause's
+# vocabulary. The forms (each a regex whose group "x" is the expression): a C macro that printed
+# ``GGML_ASSERT(expr) failed`` (also when the line was cut inside it, after the ``file:line:`` that
+# ggml prints first; its older form ``GGML_ASSERT: file:line: expr``), glibc's ``Assertion `expr'
+# failed``, glog/abseil ``Check failed: expr (a vs. b)`` and torch's ``expr INTERNAL ASSERT FAILED at``. A string literal inside the expression is a message
+# (``assert(false && "computeCapability not supported")``) and stays.
+_ASSERT_FORMS = (
+    re.compile(r"\b[A-Z][A-Z0-9_]*(?:ASSERT|CHECK)\w*\((?P<x>.*)\)\s*failed"),
+    re.compile(r":\d+: [A-Z][A-Z0-9_]*(?:ASSERT|CHECK)\w*\((?P<x>(?!.*\)\s*failed).*)$"),
+    # the older ggml form "GGML_ASSERT: file.c:12: expr"
+    re.compile(r"\b[A-Z][A-Z0-9_]*ASSERT: \S+:\d+: (?P<x>.*)$"),
+    re.compile(r"Assertion `(?P<x>.*?)'\s*failed"),
+    # glog's "Check failed: a == b (1 vs. 2) message", TVM's "Check failed: (a == b) is false: message":
+    # the expression is a parenthesized one or a chain of operands and operators, the message stays
+    re.compile(r"Check failed: (?P<x>\(.*?\)(?= is false)|[^\s(]+(?: (?:==|!=|<=|>=|<|>|&&|\|\|) [^\s(]+)*)"),
+    re.compile(r"(?:^|: )(?P<x>[^:]*?) INTERNAL ASSERT FAILED\b"),
+)
+_ASSERT_WORDS = ("ASSERT", "Assertion `", "Check failed")
+_LITERAL = re.compile(r'"[^"]*"')
+
+
+def mask_assertions(line: str) -> str:
+    """``line`` with the code of every assertion expression on it blanked (same length, so offsets
+    keep); string literals inside an expression stay. A line without an assertion is returned as is."""
+    if not any(w in line for w in _ASSERT_WORDS):
+        return line
+    out = list(line)
+    for rx in _ASSERT_FORMS:
+        for m in rx.finditer(line):
+            a, b = m.span("x")
+            keep = [k.span() for k in _LITERAL.finditer(line, a, b)]
+            for i in range(a, b):
+                if not any(k0 <= i < k1 for k0, k1 in keep):
+                    out[i] = " "
+    return "".join(out)
