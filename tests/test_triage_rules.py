@@ -893,3 +893,36 @@ def test_a_shape_window_does_not_cut_a_word_into_a_token():
 ])
 def test_round5_architecture_families(line, cause):
     assert classify(line + "\n", exit_code=1).cause == cause
+
+
+@pytest.mark.parametrize("line,cause", [
+    # from the source of TGI's warm-up: any failure of the warm-up batch is raised as this
+    ("RuntimeError: Not enough memory to handle 16000 prefill tokens. You need to decrease "
+     "`--max-batch-prefill-tokens`", "oom_gpu"),
+    # CUDA's error 804 by its message and by its enum names (CUDA's own error catalog)
+    ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 804: forward compatibility was "
+     "attempted on non supported HW", "arch_unsupported"),
+    ("CUDA error: cudaErrorCompatNotSupportedOnDevice", "arch_unsupported"),
+    # from the source of TensorRT-LLM's modeling_auto: the engine has no class for the architecture
+    ("ValueError: Unknown architecture for AutoModelForCausalLM: GraniteForCausalLM", "model_load"),
+    # from the source of vLLM's input processing: the prompt is longer than the max model length set
+    ("ValueError: The encoder prompt (length 5000) is longer than the maximum model length of 4096. "
+     "Make sure that `max_model_len` is no smaller than the number of text tokens.", "bad_args"),
+    # a start-up handshake's READY message that never came
+    ("TimeoutError: Timed out waiting for READY from EngineCoreProc after 600s.", "startup_timeout"),
+])
+def test_round5_classes_from_the_sources(line, cause):
+    assert classify(line + "\n", exit_code=1).cause == cause
+
+
+@pytest.mark.parametrize("log", [
+    # budgets and handshakes logged as settings or progress are no failure
+    "INFO text_generation_launcher: Setting max batch total tokens to 27088\n",
+    "INFO 01-01 00:00:00 [core.py:1] Waiting for READY from EngineCoreProc (timeout 600s)\n",
+    # the prompt-length refusal quoted in an info line (not raised) is no failure
+    "INFO 01-01 00:00:00 [serving.py:1] request 7 rejected: prompt (length 44) is longer than the maximum model length\n",
+    # an architecture that is a GPU's, not a model class, is no model_load
+    "WARNING Unknown architecture: sm_121, using defaults\n",
+])
+def test_round5_lookalikes_name_nothing(log):
+    assert find_cause(log) is None
