@@ -926,3 +926,28 @@ def test_round5_classes_from_the_sources(line, cause):
 ])
 def test_round5_lookalikes_name_nothing(log):
     assert find_cause(log) is None
+
+
+@pytest.mark.parametrize("line,cause", [
+    # NCCL's result codes as CuPy names them (from the source of cupy's nccl bindings)
+    ("cupy_backends.cuda.libs.nccl.NcclError: NCCL_ERROR_REMOTE_ERROR: remote process exited or there was a "
+     "network error", "distributed_init"),
+    # NVSHMEM's own words for transports it cannot set up (from its source)
+    ("/opt/nvshmem/src/host/transport/transport.cpp:nvshmemi_transport_init:287: Unable to initialize any "
+     "transports. returning error.", "distributed_init"),
+    ("/opt/nvshmem/src/host/init/init.cu:nvshmemi_check_state_and_init:1080: nvshmem initialization failed, "
+     "exiting", "distributed_init"),
+    ("/opt/nvshmem/src/modules/transport/ibgda/ibgda.cpp:2010: non-zero status: 4 ibv_create_qp failed",
+     "distributed_init"),
+    # two packages that must share a version (from the source of FlashInfer's import-time check)
+    ("RuntimeError: flashinfer-jit-cache version (0.5.2) does not match flashinfer version (0.5.3). Please "
+     "install the same version of both packages.", "import_error"),
+])
+def test_round5_more_source_wordings(line, cause):
+    assert classify(line + "\n", exit_code=1).cause == cause
+
+
+def test_round5_nccl_success_code_is_no_failure():
+    # NCCL_ERROR_SUCCESS is the success code's name, and a version that matches names nothing
+    assert find_cause("DEBUG nccl status NCCL_ERROR_SUCCESS\n") is None
+    assert find_cause("INFO flashinfer version (0.6.3) matches flashinfer-cubin version (0.6.3)\n") is None
