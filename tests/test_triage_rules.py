@@ -951,3 +951,13 @@ def test_round5_nccl_success_code_is_no_failure():
     # NCCL_ERROR_SUCCESS is the success code's name, and a version that matches names nothing
     assert find_cause("DEBUG nccl status NCCL_ERROR_SUCCESS\n") is None
     assert find_cause("INFO flashinfer version (0.6.3) matches flashinfer-cubin version (0.6.3)\n") is None
+
+
+@pytest.mark.parametrize("line", [
+    # the CUDA driver API's names for the faults already known by their messages (CUDA's error catalog)
+    "CUDA driver error (handle.hpp:154): 719 CUDA_ERROR_LAUNCH_FAILED",
+    "RuntimeError: CUDA driver error: CUDA_ERROR_ILLEGAL_ADDRESS",
+    "cuLaunchKernel failed: CUDA_ERROR_ASSERT",
+])
+def test_round5_driver_api_fault_names(line):
+    assert classify(line + "\n", exit_code=1).cause == "illegal_memory_access"
