@@ -829,3 +829,135 @@ def test_round4b_more_source_wordings(line, cause):
 def test_nccl_warning_of_a_cuda_failure_is_not_named_a_collective_failure():
     # NCCL reports a CUDA allocation failure as a WARN line: not a failure between ranks
     assert classify("host:1:2 [0] NCCL WARN Cuda failure 'out of memory'\n", exit_code=1).cause != "distributed_init"
+
+
+# --- round 5: heldout4's wrong causes, by structure -------------------------------------------------
+
+_V1_TRACEBACK = (
+    "ERROR 02-17 20:51:49 core.py:210] Traceback (most recent call last):\n"
+    'ERROR 02-17 20:51:49 core.py:210]   File "/x/y.py", line 156, in __init__\n'
+    "ERROR 02-17 20:51:49 core.py:210]     assert check(self.version)\n"
+    "ERROR 02-17 20:51:49 core.py:210] AssertionError\n"
+    "ERROR 02-17 20:51:49 core.py:210] \n"
+    # from the source of vLLM V1's engine client: it logs this, then kill_process_tree(os.getpid())
+    "CRITICAL 02-17 20:51:49 core_client.py:158] Got fatal signal from worker processes, shutting down. "
+    "See stack trace above for root cause issue.\n"
+)
+
+
+@pytest.mark.parametrize("exit_code", [None, 137])
+def test_a_kill_right_after_the_final_exception_is_its_consequence(exit_code):
+    # the shell's "Killed" after the engine's own fatal error: the exception decides (here unknown to
+    # the rules), not the kill; the SIGKILL exit status is that same death
+    d = classify(_V1_TRACEBACK + "Killed\n", exit_code=exit_code)
+    assert d.cause == "unknown"
+    assert any("AssertionError" in e for e in d.evidence)
+    # a known exception still names its cause
+    oom = _V1_TRACEBACK.replace("AssertionError", "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+    assert classify(oom + "Killed\n", exit_code=exit_code).cause == "oom_gpu"
+
+
+@pytest.mark.parametrize("log", [
+    pytest.param("INFO loading weights\nINFO loading weights 50%\nKilled\n", id="no-exception"),
+    # the exception is long past: the kill is something else
+    pytest.param(_V1_TRACEBACK + "INFO serving\n" * 25 + "Killed\n", id="exception-long-before"),
+    # a kill that names memory is a kill for memory, whatever came before it
+    pytest.param(_V1_TRACEBACK + "[12345.6] Out of memory: Killed process 42 (python)\n", id="oom-killer"),
+    pytest.param("bash: line 1:  4242 Killed                  python -m server\n", id="bash-line"),
+])
+def test_a_kill_that_follows_no_exception_is_still_a_kill(log):
+    assert classify(log).cause == "killed"
+
+
+def test_a_shape_window_does_not_cut_a_word_into_a_token():
+    # the 40-character window before "cannot be" began inside "TensorRT-LLM", so "-LLM" read as a flag
+    # (bad_args): it was cut out of the line, losing the "T" the flag's lookbehind needs
+    line = "  what():  [TensorRT-LLM][ERROR] Assertion failed: KV reuse cannot be combined with this model.\n"
+    assert line.index("cannot be") - 40 == line.index("-LLM")
+    assert classify(line, exit_code=1).cause == "unknown"
+    # a real flag in the window still counts
+    flag = "ValueError: --enable-prefix-caching cannot be combined with --kv-cache-dtype fp8\n"
+    assert classify(flag, exit_code=1).cause == "bad_args"
+
+
+@pytest.mark.parametrize("line,cause", [
+    # GPU architecture families are architecture vocabulary (like sm_NN), and "except on" states a floor
+    ("  what():  [TensorRT-LLM][ERROR] Assertion failed: FP8 FMHA cannot be enabled except on Ada or Hopper "
+     "or Blackwell Arch. (/code/attentionOp.cpp:2357)", "arch_unsupported"),
+    ("RuntimeError: this kernel is only supported on CDNA3", "arch_unsupported"),
+    # an architecture next to a flag's constraint makes it the GPU's constraint, not the flag's
+    ("ValueError: --kv-cache-dtype fp8_e4m3 requires Hopper or newer", "arch_unsupported"),
+    ("ValueError: --kv-cache-dtype fp8_e4m3 requires sm_89 or newer", "arch_unsupported"),
+    # lookalikes: "except for" without an architecture names no GPU
+    ("ValueError: all modules except for lm_head must be quantized", "unknown"),
+])
+def test_round5_architecture_families(line, cause):
+    assert classify(line + "\n", exit_code=1).cause == cause
+
+
+@pytest.mark.parametrize("line,cause", [
+    # from the source of TGI's warm-up: any failure of the warm-up batch is raised as this
+    ("RuntimeError: Not enough memory to handle 16000 prefill tokens. You need to decrease "
+     "`--max-batch-prefill-tokens`", "oom_gpu"),
+    # CUDA's error 804 by its message and by its enum names (CUDA's own error catalog)
+    ("RuntimeError: Unexpected error from cudaGetDeviceCount(). Error 804: forward compatibility was "
+     "attempted on non supported HW", "arch_unsupported"),
+    ("CUDA error: cudaErrorCompatNotSupportedOnDevice", "arch_unsupported"),
+    # from the source of TensorRT-LLM's modeling_auto: the engine has no class for the architecture
+    ("ValueError: Unknown architecture for AutoModelForCausalLM: GraniteForCausalLM", "model_load"),
+    # from the source of vLLM's input processing: the prompt is longer than the max model length set
+    ("ValueError: The encoder prompt (length 5000) is longer than the maximum model length of 4096. "
+     "Make sure that `max_model_len` is no smaller than the number of text tokens.", "bad_args"),
+    # a start-up handshake's READY message that never came
+    ("TimeoutError: Timed out waiting for READY from EngineCoreProc after 600s.", "startup_timeout"),
+])
+def test_round5_classes_from_the_sources(line, cause):
+    assert classify(line + "\n", exit_code=1).cause == cause
+
+
+@pytest.mark.parametrize("log", [
+    # budgets and handshakes logged as settings or progress are no failure
+    "INFO text_generation_launcher: Setting max batch total tokens to 27088\n",
+    "INFO 01-01 00:00:00 [core.py:1] Waiting for READY from EngineCoreProc (timeout 600s)\n",
+    # the prompt-length refusal quoted in an info line (not raised) is no failure
+    "INFO 01-01 00:00:00 [serving.py:1] request 7 rejected: prompt (length 44) is longer than the maximum model length\n",
+    # an architecture that is a GPU's, not a model class, is no model_load
+    "WARNING Unknown architecture: sm_121, using defaults\n",
+])
+def test_round5_lookalikes_name_nothing(log):
+    assert find_cause(log) is None
+
+
+@pytest.mark.parametrize("line,cause", [
+    # NCCL's result codes as CuPy names them (from the source of cupy's nccl bindings)
+    ("cupy_backends.cuda.libs.nccl.NcclError: NCCL_ERROR_REMOTE_ERROR: remote process exited or there was a "
+     "network error", "distributed_init"),
+    # NVSHMEM's own words for transports it cannot set up (from its source)
+    ("/opt/nvshmem/src/host/transport/transport.cpp:nvshmemi_transport_init:287: Unable to initialize any "
+     "transports. returning error.", "distributed_init"),
+    ("/opt/nvshmem/src/host/init/init.cu:nvshmemi_check_state_and_init:1080: nvshmem initialization failed, "
+     "exiting", "distributed_init"),
+    ("/opt/nvshmem/src/modules/transport/ibgda/ibgda.cpp:2010: non-zero status: 4 ibv_create_qp failed",
+     "distributed_init"),
+    # two packages that must share a version (from the source of FlashInfer's import-time check)
+    ("RuntimeError: flashinfer-jit-cache version (0.5.2) does not match flashinfer version (0.5.3). Please "
+     "install the same version of both packages.", "import_error"),
+])
+def test_round5_more_source_wordings(line, cause):
+    assert classify(line + "\n", exit_code=1).cause == cause
+
+
+def test_round5_nccl_success_code_is_no_failure():
+    # NCCL_ERROR_SUCCESS is the success code's name, and a version that matches names nothing
+    assert find_cause("DEBUG nccl status NCCL_ERROR_SUCCESS\n") is None
+    assert find_cause("INFO flashinfer version (0.6.3) matches flashinfer-cubin version (0.6.3)\n") is None
+
+
+@pytest.mark.parametrize("line", [
+    # the CUDA driver API's names for the faults already known by their messages (CUDA's error catalog)
+    "CUDA driver error (handle.hpp:154): 719 CUDA_ERROR_LAUNCH_FAILED",
+    "RuntimeError: CUDA driver error: CUDA_ERROR_ILLEGAL_ADDRESS",
+    "cuLaunchKernel failed: CUDA_ERROR_ASSERT",
+])
+def test_round5_driver_api_fault_names(line):
+    assert classify(line + "\n", exit_code=1).cause == "illegal_memory_access"

@@ -44,7 +44,9 @@ Decision order:
    when an error line or a traceback follows its line closely. A shape does not take its anchor (the
    word that names the cause) from the code of an assertion's expression (``structure.mask_assertions``). Root-cause lines after the first line of an
    ``ends_process`` rule (an assertion, an abort, a fail-fast exit), or on it before the crash (a
-   wrapper quoting it), are the crash's consequences, not evidence. The winning
+   wrapper quoting it), are the crash's consequences, not evidence. A ``death_report`` line (the shell's bare
+   "Killed") within 20 lines after the log's final exception is how that exception ended the process,
+   not evidence, and an exit status of the same cause is then the same death. The winning
    cause is the one whose first evidence line ranks highest by (tier, earliest line, priority):
    the first root cause (arch_unsupported, oom_gpu, oom_host, import_error, bad_args, jit_compile,
    model_load, illegal_memory_access, port_in_use) beats symptoms (distributed_init, killed, crash), which

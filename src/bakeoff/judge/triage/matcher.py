@@ -89,6 +89,7 @@ class Rule:
     match_warnings: bool = False
     ignore_when_timed_out: bool = False
     ends_process: bool = False  # the process died on the matched line (see _consequences)
+    death_report: bool = False  # a death without its reason: after the final exception, its consequence
     then_failed: bool = False  # the line counts only when an error line or a traceback follows it closely
     near: tuple[str, ...] = ()
     gate: tuple[str, ...] = ()  # lowercase words; () = the shared shape_gate
@@ -472,8 +473,10 @@ class _Filter:
 def _shape_ok(rule: Rule, classes: dict, line: str, anchor: tuple[int, int], prev: str) -> bool:
     """The other classes of ``rule.near`` occur within ``rule.window`` of the anchor match."""
     a0, a1 = anchor
-    span = line[max(0, a0 - rule.window):a1 + rule.window]
-    if any(classes[name].search(span) is None for name in rule.near[1:]):
+    # the window is searched in place (pos/endpos), not cut out: a cut would make a token of a word's
+    # tail ("TensorRT-LLM" cut after "T" reads as the flag "-LLM"); a lookbehind still sees the line
+    lo, hi = max(0, a0 - rule.window), min(len(line), a1 + rule.window)
+    if any(classes[name].search(line, lo, hi) is None for name in rule.near[1:]):
         return False
     if any(classes[name].search(line) for name in rule.unless):
         return False
@@ -631,6 +634,37 @@ def _consequences(text: str, hits: dict[Rule, list[int]], cols: dict) -> dict[Ru
     return out
 
 
+def _deaths_of_exception(text: str, hits: dict[Rule, list[int]]) -> tuple[dict[Rule, list[int]], set[str]]:
+    """``hits`` without the ``death_report`` lines (a bare "Killed") that come within
+    ``_CONSEQUENCE_LINES`` lines after the log's final exception: the process died of that exception
+    (an engine that kills its own process tree on a fatal error, a wrapper that SIGKILLs what raised),
+    so the exception decides, or nothing does. Also the causes whose every report was dropped so:
+    the exit status of those causes is the same death."""
+    reports = [s for r, ss in hits.items() if r.death_report for s in ss]
+    if not reports:
+        return hits, set()
+    exc = structure.final_exception(text)
+    if exc is None:
+        return hits, set()
+    exc_line = exc[0]
+
+    def after_exception(start: int) -> bool:
+        n = text.count("\n", 0, start) + 1
+        return exc_line < n <= exc_line + _CONSEQUENCE_LINES
+
+    out, dropped, kept = {}, set(), set()
+    for rule, starts in hits.items():
+        if rule.death_report:
+            gone = [s for s in starts if after_exception(s)]
+            starts = [s for s in starts if s not in gone]
+            if gone:
+                dropped.add(rule.cause)
+        if starts:
+            out[rule] = starts
+            kept.add(rule.cause)
+    return out, dropped - kept
+
+
 def find_cause(
     log_text: str,
     *,
@@ -653,10 +687,12 @@ def find_cause(
     text = log_text or ""
     hits, cols = _scan(text, causes, rules)
     hits = _consequences(text, hits, cols)
+    hits, died_of_exception = _deaths_of_exception(text, hits)
     sig = _signal_of(exit_code, signal)
     by_status = [
         r for r in rules
-        if (sig is not None and sig in r.signals) or (exit_code is not None and exit_code in r.exit_codes)
+        if ((sig is not None and sig in r.signals) or (exit_code is not None and exit_code in r.exit_codes))
+        and r.cause not in died_of_exception
     ]
     if not hits and not by_status:
         return None

@@ -56,6 +56,10 @@ class RuleSpec(_Strict):
     # it, or one that quotes it (the root cause's words wholly before the crash on the line: a wrapper's
     # summary), is its consequence and not evidence
     ends_process: bool = False
+    # the line reports a death without its reason (the shell's "Killed"): within 20 lines after the log's
+    # final exception it is how that exception ended the process (vLLM V1 kills its own process tree on
+    # a worker's fatal error), not evidence; nor is then an exit status of the same cause
+    death_report: bool = False
     # the line counts only when the engine failed right after it (an error-level line or a traceback within
     # 10 lines):
     # for warnings that name a cause only when something then failed
