@@ -511,6 +511,11 @@ def test_an_error_the_engine_went_on_after_is_no_failure():
     assert find_cause(one_rank).cause == "model_load"
     started = err + "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)\n"
     assert find_cause(started) is None
+    # a web UI's port fallback (from the source of Gradio's launch(): "Running on local URL:  {url}")
+    moved = ("ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 7860): address already in use\n"
+             "Running on local URL:  http://0.0.0.0:7861\n")
+    assert find_cause(moved.split("\n")[0] + "\n").cause == "port_in_use"
+    assert find_cause(moved) is None
     # an error after the engine went on still counts
     later = "INFO:     Application startup complete.\n" + err
     assert find_cause(later).cause == "model_load"
