@@ -511,6 +511,11 @@ def test_an_error_the_engine_went_on_after_is_no_failure():
     assert find_cause(one_rank).cause == "model_load"
     started = err + "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)\n"
     assert find_cause(started) is None
+    # a web UI's port fallback (from the source of Gradio's launch(): "Running on local URL:  {url}")
+    moved = ("ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 7860): address already in use\n"
+             "Running on local URL:  http://0.0.0.0:7861\n")
+    assert find_cause(moved.split("\n")[0] + "\n").cause == "port_in_use"
+    assert find_cause(moved) is None
     # an error after the engine went on still counts
     later = "INFO:     Application startup complete.\n" + err
     assert find_cause(later).cause == "model_load"
@@ -961,3 +966,145 @@ def test_round5_nccl_success_code_is_no_failure():
 ])
 def test_round5_driver_api_fault_names(line):
     assert classify(line + "\n", exit_code=1).cause == "illegal_memory_access"
+
+
+# --- round 6: the final exception's frames (issue 27) ---------------------------------------------
+# Tracebacks whose exception names no cause, with the engines' and libraries' real function and module
+# names (vLLM's glm4_moe load_weights and gpu_worker determine_available_memory, torch.distributed's
+# init_process_group/_store_based_barrier, Triton's compiler, argparse, importlib's bootstrap frames).
+
+def _tb(frames: list[tuple[str, str, str]], exc: str, prefix: str = "") -> str:
+    out = [f"{prefix}Traceback (most recent call last):"]
+    for path, func, code in frames:
+        out += [f'{prefix}  File "{path}", line 10, in {func}', f"{prefix}    {code}"]
+    return "\n".join([*out, f"{prefix}{exc}"])
+
+
+_SP = "/usr/local/lib/python3.12/site-packages"
+_SCRIPT = ("/usr/local/bin/vllm", "<module>", "sys.exit(main())")
+_FRAME_CASES = [
+    ("model_load", [_SCRIPT, (f"{_SP}/vllm/v1/worker/gpu_model_runner.py", "load_model", "self.model = model_loader.load_model("),
+                    (f"{_SP}/vllm/model_executor/models/glm4_moe.py", "load_weights", "param = params_dict[name]")],
+     "KeyError: 'layers.1.mlp.experts.w13_weight'", "load_weights"),
+    ("model_load", [("train.py", "<module>", "tok = AutoTokenizer.from_pretrained(path)"),
+                    (f"{_SP}/transformers/models/auto/tokenization_auto.py", "from_pretrained", "return cls(...)")],
+     "TypeError: expected str, bytes or os.PathLike object, not NoneType", "from_pretrained"),
+    ("import_error", [_SCRIPT, (f"{_SP}/vllm/__init__.py", "<module>", "from vllm.engine.arg_utils import AsyncEngineArgs"),
+                      ("<frozen importlib._bootstrap>", "_call_with_frames_removed", ""),
+                      (f"{_SP}/flashinfer/comm/cuda_ipc.py", "<module>", "def exchange(a: array.array[int]):")],
+     "TypeError: type 'array.array' is not subscriptable", "<module>"),
+    ("bad_args", [("/usr/lib/python3.12/runpy.py", "_run_module_as_main", "return _run_code(code, main_globals, None,"),
+                  ("train.py", "<module>", "model_args, data_args = parser.parse_args_into_dataclasses()"),
+                  (f"{_SP}/transformers/hf_argparser.py", "parse_args_into_dataclasses", "obj = dtype(**inputs)"),
+                  ("<string>", "__init__", "")],
+     "TypeError: unsupported operand type(s) for +: 'int' and 'str'", "parse_args_into_dataclasses"),
+    ("jit_compile", [_SCRIPT, (f"{_SP}/triton/compiler/compiler.py", "compile", "next_module = compile_ir(module, metadata)"),
+                     (f"{_SP}/triton/backends/nvidia/compiler.py", "make_cubin", "raise RuntimeError(msg)")],
+     "IndexError: list index out of range", "make_cubin"),
+    ("distributed_init", [_SCRIPT, (f"{_SP}/vllm/distributed/parallel_state.py", "init_distributed_environment",
+                                    "torch.distributed.init_process_group("),
+                          (f"{_SP}/torch/distributed/distributed_c10d.py", "init_process_group", "store, rank, world_size = next(rendezvous_iterator)")],
+     "ValueError: invalid literal for int() with base 10: ''", "init_process_group"),
+    ("oom_gpu", [_SCRIPT, (f"{_SP}/vllm/v1/worker/gpu_worker.py", "determine_available_memory", "self.model_runner.profile_run()"),
+                 (f"{_SP}/vllm/v1/worker/gpu_model_runner.py", "profile_run", "dummy = torch.empty(n, dtype=dtype, device=dev)")],
+     "RuntimeError: could not reserve 4.50 GiB for the profile run", "profile_run"),
+]
+
+
+@pytest.mark.parametrize(("cause", "frames", "exc", "deciding"), _FRAME_CASES, ids=[c[0] + str(i) for i, c in enumerate(_FRAME_CASES)])
+def test_frames_name_the_cause_no_rule_names(cause, frames, exc, deciding):
+    log = "INFO starting\n" + _tb(frames, exc, prefix="(EngineCore pid=1) ERROR 08-16 11:45:16 [core.py:1] ") + "\n"
+    d = classify(log, exit_code=1)
+    assert (d.cause, d.rule) == (cause, f"{cause}/frames"), d
+    assert any(exc in e for e in d.evidence)  # the verdict quotes the final exception...
+    assert any(f"in {deciding}" in e for e in d.evidence)  # ...and the deciding frame
+    assert deciding in d.explanation
+    assert find_cause(log) is not None
+
+
+def test_frames_without_any_cause_frame_stay_unknown():
+    # the program's own <module> frame (and runpy's) is no import: a KeyError in main() names nothing
+    log = _tb([("/usr/lib/python3.12/runpy.py", "_run_module_as_main", ""), ("serve.py", "<module>", "main()"),
+               ("serve.py", "main", "cfg = conf['architecture']")], "KeyError: 'architecture'")
+    assert classify(log, exit_code=1).cause == "unknown"
+
+
+_FRAME_LOOKALIKES = {
+    # frames of two causes: loading weights inside a process group's set-up
+    "two_causes": _tb([_SCRIPT, (f"{_SP}/torch/distributed/distributed_c10d.py", "init_process_group", ""),
+                       (f"{_SP}/vllm/model_executor/models/llama.py", "load_weights", "")], "KeyError: 'x'"),
+    # the engine survived the traceback: the server listened afterwards
+    "survived": _tb([_SCRIPT, (f"{_SP}/vllm/model_executor/models/llama.py", "load_weights", "")], "KeyError: 'x'")
+                + "\nINFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)",
+    # the engine went on to another phase after it (CUDA graphs captured)
+    "went_on": _tb([_SCRIPT, (f"{_SP}/vllm/model_executor/models/llama.py", "load_weights", "")], "KeyError: 'x'")
+               + "\nINFO 08-16 [gpu_model_runner.py:1] Capturing CUDA graphs (mixed prefill-decode, PIECEWISE): 100%",
+    # logged as a warning: the engine reported it and went on
+    "warning": _tb([_SCRIPT, (f"{_SP}/vllm/model_executor/models/llama.py", "load_weights", "")],
+                   "KeyError: 'x'", prefix="WARNING 08-16 11:45:16 [utils.py:1] "),
+    # an allocation frame without a memory word is not memory
+    "alloc_frame_no_memory_word": _tb([_SCRIPT, (f"{_SP}/vllm/v1/worker/gpu_worker.py", "determine_available_memory", ""),
+                                       (f"{_SP}/vllm/v1/worker/gpu_model_runner.py", "profile_run", "")],
+                                      "AssertionError: Sinks are only supported in FlashAttention 3"),
+    # a model-loading function that is not reading weights (load_model also builds the layers)
+    "load_model_only": _tb([_SCRIPT, (f"{_SP}/vllm/v1/worker/gpu_model_runner.py", "load_model", ""),
+                            (f"{_SP}/vllm/attention/layer.py", "__init__", "")], "AssertionError"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_FRAME_LOOKALIKES))
+def test_frames_lookalikes_stay_unknown(name):
+    log = _FRAME_LOOKALIKES[name]
+    assert classify(log, exit_code=1).cause == "unknown"
+    assert find_cause(log) is None
+
+
+def test_a_rule_always_wins_over_the_frames():
+    # weights were loading, but the exception itself names the GPU running out of memory
+    log = _tb([_SCRIPT, (f"{_SP}/vllm/model_executor/models/llama.py", "load_weights", "")],
+              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.")
+    d = classify(log, exit_code=1)
+    assert d.cause == "oom_gpu" and not d.rule.endswith("/frames")
+
+
+def test_only_the_last_traceback_counts():
+    # an earlier traceback (weights) handled; the final one (an import chain) decides
+    first = _tb([_SCRIPT, (f"{_SP}/vllm/model_executor/models/llama.py", "load_weights", "")], "KeyError: 'x'")
+    second = _tb([_SCRIPT, (f"{_SP}/vllm/__init__.py", "<module>", "import vllm._C"),
+                  ("<frozen importlib._bootstrap>", "_find_and_load", "")], "TypeError: bad operand")
+    log = first + "\n\nDuring handling of the above exception, another exception occurred:\n\n" + second
+    assert classify(log, exit_code=1).cause == "import_error"
+
+
+# --- round 6: heldout5's wrong causes, by structure -----------------------------------------------
+
+@pytest.mark.parametrize(("log", "cause"), [
+    # TensorRT's builder runs out of device memory: memory, not a compiler (TensorRT-LLM's logger tags
+    # TensorRT's own messages "[TRT]"; "Error Code 2: OutOfMemory" is TensorRT's error category)
+    ("[TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::140] Error Code 2: OutOfMemory (no further information)\n"
+     "[TRT-LLM] [E] Engine building failed, please check the error log.", "oom_gpu"),
+    # TensorRT's builder failing without a memory word is not a compile either
+    ("[TRT-LLM] [E] Engine building failed, please check the error log.", "unknown"),
+    # a build line with an allocation failure on it is no compile failure (no device named: unknown)
+    ("[E] JIT compilation failed: unable to allocate the workspace", "unknown"),
+    # TensorRT's OutOfMemory alone, tagged as TensorRT's: device memory
+    ("[TRT] [E] 2: [virtualMemoryBuffer.cpp::resizePhysical::140] Error Code 2: OutOfMemory (no further information)",
+     "oom_gpu"),
+    # a signal named by the launcher is the rank's death
+    ("mpirun noticed that process rank 6 with PID 0 on node n1 exited on signal 9 (Killed).", "killed"),
+    ("mpirun noticed that process rank 0 with PID 12 on node n1 exited on signal 11 (Segmentation fault).", "crash"),
+    # without a signal, mpirun's report stays the job's distributed failure
+    ("mpirun has detected an attempt by a process to exit without calling MPI_FINALIZE.", "distributed_init"),
+    # a Rust panic whose payload (on the next line) is serde's parse error of the model's config
+    ("thread 'main' panicked at src/main.rs:406:19:\n"
+     'APIError { data: "missing field `vocab_size` at line 46 column 1" }', "model_load"),
+    # a panic with any other payload stays a crash
+    ("thread 'main' panicked at src/main.rs:406:19:\ncalled `Option::unwrap()` on a `None` value", "crash"),
+])
+def test_round6_wrong_causes_by_structure(log, cause):
+    assert classify(log, exit_code=1).cause == cause
+
+
+def test_serde_error_of_a_request_is_not_the_model():
+    log = 'ERROR router: Failed to parse request body: missing field `messages` at line 1 column 20'
+    assert classify(log, exit_code=1).cause != "model_load"

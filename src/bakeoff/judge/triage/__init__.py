@@ -52,10 +52,21 @@ Decision order:
    model_load, illegal_memory_access, port_in_use) beats symptoms (distributed_init, killed, crash), which
    beat fallbacks (a generic "could not create the context"). A rule may also match on the exit
    status (``exit_code`` < 0 or ``signal``: killed by that signal; 137/139/134 in a container).
-2. With no match: ``hung`` -> "hang", ``timed_out`` -> "startup_timeout" (evidence: last lines).
+2. With no rule's match: **the final exception's frames** (``structure.exception_frames``; a tier
+   below every rule's line). Where the log ends in an uncaught Python traceback (not logged as a
+   warning, not retried, no ``went_on`` line nor another phase after it) whose exception names no
+   cause, the frames of that last traceback say what the engine was doing: ``[frames]`` of
+   ``_common.toml`` maps "module:function" (vLLM/SGLang ``load_weights``, ``from_pretrained``,
+   safetensors/gguf readers -> model_load; a ``<module>`` frame below the program's own or
+   importlib's -> import_error; argparse/HfArgumentParser -> bad_args; Triton's compiler, torch's
+   ninja build -> jit_compile; ``init_process_group`` -> distributed_init; KV-cache sizing frames ->
+   oom_gpu, only with a memory word on the exception line: ``[frames_message]``). Only when the
+   frames name ONE cause; the verdict (rule ``<cause>/frames``, confidence <= 0.5) quotes the
+   exception and the deciding (innermost) frame of that cause.
+3. With no match: ``hung`` -> "hang", ``timed_out`` -> "startup_timeout" (evidence: last lines).
    When either flag is set, the caller's own kill does not count (``killed`` is ignored), but a
    fatal error in the log still wins over the flag.
-3. Otherwise "unknown" with the last traceback / error-looking lines as evidence (``unknown`` beats
+4. Otherwise "unknown" with the last traceback / error-looking lines as evidence (``unknown`` beats
    a guess). A clean log (no failure status, nothing error-like) gives "unknown" with confidence
    0.05 and the explanation "No fatal error found in the log."; use ``find_cause``/
    ``is_failure_evidence`` (which return None/False there) to tell "clean" from "failed for an

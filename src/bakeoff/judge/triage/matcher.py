@@ -149,6 +149,7 @@ class _Causes:
     classes: dict  # token class name -> compiled regex
     gate: tuple[str, ...]  # lowercase words one of which every line a shape can match contains
     phases: tuple = ()  # (phase name, regex of the lines that announce it), in file order
+    frames: tuple = ()  # (cause, ((module regex | None, function | None), ...), exception-line regex | None)
 
 
 def _norm_engine(engine: str | None) -> str | None:
@@ -207,6 +208,8 @@ def _load(rules_dir: str, user_dir: str | None = None) -> _Causes:
         filters = [_union(common.benign), _union(common.recovered), _union(common.retry),
                    _union(common.gave_up), tuple((re.compile(p, re.M), _literal_prefix(p)) for p in common.went_on)]
         phases = tuple((name, _union(pats)) for name, pats in common.phases.items())
+        frames = tuple((cause, tuple(_frame_entry(e) for e in entries), _union(common.frames_message.get(cause, [])))
+                       for cause, entries in common.frames.items())
     except re.error as err:
         where = f"{rules_dir}/_common.toml" + (f" or {user_dir}/_common.toml" if user_dir else "")
         raise RulesError(f"{where}: the patterns of a class, filter or phase do not compile together ({err})") from None
@@ -215,6 +218,9 @@ def _load(rules_dir: str, user_dir: str | None = None) -> _Causes:
     for path, f in files:
         info[f.cause] = (f.explanation, f.hint, bool(f.hard), float(f.confidence or 0.5))
         rules.extend(_rules_of(path, f, classes))
+    bad = [c for c, _, _ in frames if c not in info] + [c for c in common.frames_message if c not in common.frames]
+    if bad:
+        raise RulesError(f"{rules_dir}/_common.toml: frames: unknown causes {sorted(set(bad))}")
     missing = set(CAUSES) - set(info)
     if missing:
         raise RulesError(f"rules in {rules_dir} lack causes: {sorted(missing)}")
@@ -232,7 +238,16 @@ def _load(rules_dir: str, user_dir: str | None = None) -> _Causes:
         classes=classes,
         gate=tuple(w.lower() for w in common.shape_gate),
         phases=phases,
+        frames=frames,
     )
+
+
+def _frame_entry(entry: str) -> tuple[re.Pattern[str] | None, str | None]:
+    """``"module:function"`` -> (regex of the dotted module part at component boundaries, function);
+    ``*`` on either side matches any."""
+    mod, _, func = entry.partition(":")
+    mod_rx = None if mod == "*" else re.compile(r"(?:^|\.)" + re.escape(mod) + r"(?:\.|$)")
+    return mod_rx, None if func == "*" else func
 
 
 def _causes(rules_dir: str | Path | None) -> _Causes:
@@ -624,11 +639,17 @@ def _consequences(text: str, hits: dict[Rule, list[int]], cols: dict) -> dict[Ru
             break
         limit = text.find("\n", limit + 1)
     stop = min(x for x in (tb.start() if tb else -1, limit, len(text)) if x >= 0)
+    # a crash line that ends with a colon announces its message on the next line (Rust's "thread 'main'
+    # panicked at src/main.rs:406:19:" then the payload): that line is the crash's reason, like a cause
+    # named after the crash on its own line
+    end = text.find("\n", crash_at)
+    payload = end + 1 if end >= 0 and text[crash_at:end].rstrip().endswith(":") else -1
     out = {}
     for rule, starts in hits.items():
         if rule.tier == "root":
             starts = [s for s in starts
-                      if s < crash_at or s >= stop or (s == crash_at and cols[(rule, s)] >= crash_col)]
+                      if s < crash_at or s >= stop or s == payload
+                      or (s == crash_at and cols[(rule, s)] >= crash_col)]
         if starts:
             out[rule] = starts
     return out
@@ -695,7 +716,7 @@ def find_cause(
         and r.cause not in died_of_exception
     ]
     if not hits and not by_status:
-        return None
+        return _by_frames(text, causes)
     lines = _Lines(text)
     # per cause, its best (first) hit: tier first, then the earliest line, then the priority
     best: dict[str, tuple[tuple[int, int, int], Rule]] = {}
@@ -736,6 +757,63 @@ def find_cause(
         rule=f"{cause}/{rule.id}",
         line=lines.number(lines.bounds(starts[0])[0]) if starts else None,
     )
+
+
+def _line_start(text: str, number: int) -> int:
+    pos = 0
+    for _ in range(number - 1):
+        pos = text.find("\n", pos) + 1
+        if pos == 0:
+            return len(text)
+    return pos
+
+
+def _by_frames(text: str, causes: _Causes) -> Diagnosis | None:
+    """The cause the final exception's frames name, where no rule names the log: a tier below every
+    rule's line. Only for a failure (an uncaught exception with a traceback, not logged as a warning,
+    not retried, and no ``went_on`` line after it: the engine did not go on), and only when the frames
+    name one cause (the ``[frames]`` vocabulary of ``_common.toml``; a cause with ``frames_message``
+    counts only when the exception line matches it). The deciding frame is the innermost one of that
+    cause; the verdict quotes it and the exception."""
+    if not causes.frames:
+        return None
+    found = structure.exception_frames(text)
+    if found is None:
+        return None
+    (exc_no, exc_type, exc_line), frames = found
+    lines = _Lines(text)
+    filt = _Filter(causes, lines)
+    start = _line_start(text, exc_no)
+    went_on = filt._went_on_line()
+    if (filt._warning(exc_line) or (causes.recovered is not None and causes.recovered.search(exc_line))
+            or (went_on is not None and went_on > start) or filt._retried(start, exc_line)):
+        return None
+    # another phase announced after the exception (it was loading; now it captures graphs, serves): the
+    # engine went on. The same phase again is output interleaved from another stream (a progress bar)
+    end = text.find("\n", start)
+    doing = structure.phase(text, start, causes.phases)
+    later = structure.phase(text[end:], len(text) - end, causes.phases) if end >= 0 else None
+    if later is not None and later != doing:
+        return None
+    named: dict[str, tuple[int, str, str, str]] = {}
+    for cause, entries, message in causes.frames:
+        if message is not None and not message.search(exc_line):
+            continue
+        for fr in frames:
+            _, module, func, _ = fr
+            if any((mod is None or mod.search(module)) and (fn is None or fn == func) for mod, fn in entries):
+                named[cause] = fr  # frames are outermost first: the last one kept is the innermost
+    if len(named) != 1:
+        return None
+    (cause, (fr_no, module, func, fr_line)), = named.items()
+    expl, hint, hard, conf = causes.info[cause]
+    explanation = (f"{expl} (No rule names the error; the traceback of the final exception, {exc_type}, "
+                   f"runs through {func} of {module}.)")
+    if doing:
+        explanation = f"{explanation} While {doing}."
+    evidence = _with_line(_with_line([], (exc_no, exc_line)), (fr_no, fr_line))
+    return Diagnosis(cause=cause, explanation=explanation, hint=hint, evidence=evidence,
+                     confidence=round(min(conf, 0.5), 3), hard=hard, rule=f"{cause}/frames", line=exc_no)
 
 
 def _with_line(evidence: list[str], found: tuple[int, str] | None) -> list[str]:

@@ -119,6 +119,22 @@ class CommonFile(_Strict):
     shape_gate: list[str] = []
     classes: dict[str, list[str]] = {}
     phases: dict[str, list[str]] = {}
+    # the final exception's frames -> a cause, below every rule (see matcher._by_frames): per cause,
+    # "module:function" entries (a dotted module part matched at component boundaries, a function's
+    # exact name; either side may be "*"), and per cause regexes one of which the exception line must
+    # match for its frames to count (an allocation frame is memory only with a memory word)
+    frames: dict[str, list[str]] = {}
+    frames_message: dict[str, list[str]] = {}
+
+    @field_validator("frames")
+    @classmethod
+    def _frames(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, entries in v.items():
+            for e in entries:
+                mod, sep, func = e.partition(":")
+                if not sep or not mod or not func or (mod == "*" and func == "*"):
+                    raise ValueError(f"{name}: not a 'module:function' entry: {e!r}")
+        return v
 
     @field_validator("warning_line", "error_level")
     @classmethod
@@ -130,7 +146,7 @@ class CommonFile(_Strict):
     def _lists(cls, v: list[str]) -> list[str]:
         return [_regex(p) for p in v]
 
-    @field_validator("classes", "phases")
+    @field_validator("classes", "phases", "frames_message")
     @classmethod
     def _named(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
         for name, pats in v.items():
@@ -193,6 +209,8 @@ def merge_common(base: CommonFile, user: CommonFile) -> CommonFile:
         shape_gate=[*base.shape_gate, *user.shape_gate],
         classes={**base.classes, **user.classes},
         phases={**base.phases, **user.phases},
+        frames={**base.frames, **user.frames},
+        frames_message={**base.frames_message, **user.frames_message},
     )
 
 

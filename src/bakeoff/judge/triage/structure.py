@@ -6,6 +6,9 @@ and what the engine was doing when it failed. Written once; the vocabulary lives
 - ``crash_frame``: the innermost frame of a crash dump: the first ``File ... in f`` after Python's
   ``Current thread ... (most recent call first)``, the ``PC: @ ... f`` of an abseil/glog dump, the
   ``#0 ...`` of gdb, or the ``0# ...`` of a boost stack trace.
+- ``exception_frames``: the final exception with the frames of its (last) traceback, each as a dotted
+  module (the file below ``site-packages``) and a function; the program's own outermost ``<module>``
+  frame is left out, so a later ``<module>`` frame is an import.
 - ``phase``: the last phase marker (``[phases]`` in ``_common.toml``) at or before a line: loading
   the model, compiling kernels, capturing CUDA graphs, allocating the KV cache, ...
 """
@@ -116,3 +119,53 @@ def mask_assertions(line: str) -> str:
                 if not any(k0 <= i < k1 for k0, k1 in keep):
                     out[i] = " "
     return "".join(out)
+
+
+# The final exception's frames: ``File "path", line N, in function`` (any log prefix before it).
+_PYFRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)')
+_TB_START = re.compile(r"Traceback \(most recent call last\)|During handling of the above exception"
+                       r"|The above exception was the direct cause")
+_FRAMES_BACK = 300  # lines searched back from the final exception for its traceback
+_PKG_ROOT = re.compile(r".*[/\\](?:site|dist)-packages[/\\]")
+_ENTRY = ("runpy",)  # the interpreter's own entry frames (python -m): part of the program, not what it did
+
+
+def module_of(path: str) -> str:
+    """A frame's file as a dotted module: ``.../site-packages/vllm/config/model.py`` ->
+    ``vllm.config.model``; a source checkout keeps its whole path (``sgl-workspace.sglang.python.sglang...``);
+    ``<frozen importlib._bootstrap>`` -> ``importlib._bootstrap``."""
+    if path.startswith("<frozen ") and path.endswith(">"):
+        return path[8:-1]
+    p = _PKG_ROOT.sub("", path)
+    p = re.sub(r"\.pyc?$", "", p).replace("\\", "/").strip("/")
+    return ".".join(x for x in p.split("/") if x and x != "__init__")
+
+
+def exception_frames(text: str) -> tuple[tuple[int, str, str], list[tuple[int, str, str, str]]] | None:
+    """The final exception and the frames of its traceback, innermost last, or None when the final
+    exception has no frame above it (a bare error line). ``((line number, type, line), [(line number,
+    module, function, line), ...])``. Only the last traceback counts: the frames stop at the
+    ``Traceback`` header or a chained exception's separator above the exception. The outermost
+    ``<module>`` frame (and runpy's before it) is the program that ran, so it is left out: a later
+    ``<module>`` frame is a module being imported."""
+    exc = final_exception(text)
+    if exc is None:
+        return None
+    first, lines = _tail(text)
+    at = exc[0] - first
+    frames: list[tuple[int, str, str, str]] = []
+    for i in range(at - 1, max(-1, at - 1 - _FRAMES_BACK), -1):
+        line = lines[i]
+        if _TB_START.search(line):
+            break
+        m = _PYFRAME.search(line)
+        if m:
+            frames.append((first + i, module_of(m.group("path")), m.group("func"), line))
+    frames.reverse()
+    while frames and frames[0][1].rsplit(".", 1)[-1] in _ENTRY:
+        frames.pop(0)
+    if frames and frames[0][2] == "<module>":
+        frames.pop(0)
+    if not frames:
+        return None
+    return exc, frames
