@@ -421,11 +421,13 @@ class _Filter:
             self._went_on = None if last is None else self.lines.bounds(last)[0]
         return self._went_on
 
-    def excluded(self, rule: Rule, start: int, line: str, at: int = 0) -> bool:
-        """``at``: where on the line the rule's match ends. A benign phrase ("potential root causes")
-        makes what follows it speculation; a finding wholly before it on the same line still counts."""
+    def excluded(self, start: int, line: str, at: int = 0, *, match_warnings: bool = False) -> bool:
+        """The line starting at ``start`` is no evidence: logged at a non-error level (unless
+        ``match_warnings``), speculation, recovered, before the engine went on, or retried. ``at``:
+        where on the line the match ends. A benign phrase ("potential root causes") makes what follows
+        it speculation; a finding wholly before it on the same line still counts."""
         c = self.c
-        if not rule.match_warnings and self._warning(line):
+        if not match_warnings and self._warning(line):
             return True
         if c.benign is not None:
             b = c.benign.search(line)
@@ -576,7 +578,7 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
                         before = lines.before(start, 1)
                         prev = before[0][1] if before else ""
                     if _shape_ok(rule, causes.classes, line, (m.start(), m.end()), prev):
-                        if not filt.excluded(rule, start, line, m.end()) and (
+                        if not filt.excluded(start, line, m.end(), match_warnings=rule.match_warnings) and (
                                 not rule.then_failed or filt.failed_after(start)):
                             at.append(start)
                             cols[(rule, start)] = m.start()
@@ -600,7 +602,7 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
                 start, end = lines.bounds(m.start())
                 pos = end + 1
                 line = text[start:end]
-                if start in got or filt.excluded(rule, start, line, m.end() - start):
+                if start in got or filt.excluded(start, line, m.end() - start, match_warnings=rule.match_warnings):
                     continue
                 if rule.not_regex is not None and rule.not_regex.search(line):
                     continue
@@ -667,11 +669,10 @@ def _deaths_of_exception(text: str, hits: dict[Rule, list[int]]) -> tuple[dict[R
     exc = structure.final_exception(text)
     if exc is None:
         return hits, set()
-    exc_line = exc[0]
+    exc_line, lines = exc[0], _Lines(text)
 
     def after_exception(start: int) -> bool:
-        n = text.count("\n", 0, start) + 1
-        return exc_line < n <= exc_line + _CONSEQUENCE_LINES
+        return exc_line < lines.number(start) <= exc_line + _CONSEQUENCE_LINES
 
     out, dropped, kept = {}, set(), set()
     for rule, starts in hits.items():
@@ -781,12 +782,8 @@ def _by_frames(text: str, causes: _Causes) -> Diagnosis | None:
     if found is None:
         return None
     (exc_no, exc_type, exc_line), frames = found
-    lines = _Lines(text)
-    filt = _Filter(causes, lines)
     start = _line_start(text, exc_no)
-    went_on = filt._went_on_line()
-    if (filt._warning(exc_line) or (causes.recovered is not None and causes.recovered.search(exc_line))
-            or (went_on is not None and went_on > start) or filt._retried(start, exc_line)):
+    if _Filter(causes, _Lines(text)).excluded(start, exc_line):  # a warning, recovered, went on, retried
         return None
     # another phase announced after the exception (it was loading; now it captures graphs, serves): the
     # engine went on. The same phase again is output interleaved from another stream (a progress bar)
