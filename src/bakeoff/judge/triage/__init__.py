@@ -35,7 +35,8 @@ Decision order:
 
 1. A line is evidence only if it matches a rule and is not a warning/info line (one whose
    warning/info prefix is followed by an ``error_level``, as when a wrapper logs the engine's output
-   at INFO, is an error line), not ``benign``
+   at INFO, is an error line; so is a child's stream ``relayed`` after a wrapper's level, whose own
+   level decides, and a warning of a retried operation whose retries ran out), not ``benign``
    (e.g. Ray's list of "potential root causes": what follows such a phrase on a line is speculation),
    not a line saying the engine coped (falling back, forcing off, skipping, ignoring, a 4xx answered
    to a client), not followed within a few lines by a retry nor repeating a retried message (unless

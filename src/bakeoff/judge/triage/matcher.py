@@ -140,6 +140,7 @@ class _Causes:
     info: dict  # cause -> (explanation, hint, hard, confidence)
     warning: re.Pattern[str]
     error_level: re.Pattern[str]  # an error level after a warning/info prefix (a wrapped log): still evidence
+    relayed: re.Pattern[str]  # a child's stream relayed after the wrapper's level: the child's line decides
     benign: re.Pattern[str] | None
     recovered: re.Pattern[str] | None  # a line saying the engine coped: not evidence
     retry: re.Pattern[str] | None  # a line saying it retries: neither it nor the few lines before are evidence
@@ -229,6 +230,7 @@ def _load(rules_dir: str, user_dir: str | None = None) -> _Causes:
         info=info,
         warning=re.compile(common.warning_line or r"(?!x)x"),
         error_level=re.compile(common.error_level or r"(?!x)x"),
+        relayed=re.compile(common.relayed or r"(?!x)x"),
         benign=filters[0],
         recovered=filters[1],
         retry=filters[2],
@@ -427,7 +429,10 @@ class _Filter:
         where on the line the match ends. A benign phrase ("potential root causes") makes what follows
         it speculation; a finding wholly before it on the same line still counts."""
         c = self.c
-        if not match_warnings and self._warning(line):
+        # a warning is a failure's message when the operation it reports was retried and the retries ran
+        # out (torch's TCPStore: "[W ...] TCP client failed to connect ... - retrying", then the exception)
+        if not match_warnings and self._warning(line) and not (
+                self._any_retries() and self._retried_here(start, line) and self._gave_up_after(start)):
             return True
         if c.benign is not None:
             b = c.benign.search(line)
@@ -442,9 +447,14 @@ class _Filter:
 
     def _warning(self, line: str) -> bool:
         """Logged at a non-error level: a warning/info prefix not followed by an error level (a wrapper
-        that logs an engine's lines at INFO, ``- INFO - ERROR 08-13 ... engine.py:400] ...``, is not)."""
+        that logs an engine's lines at INFO, ``- INFO - ERROR 08-13 ... engine.py:400] ...``, is not).
+        A wrapper that relays a child's stream after its own level (LocalAI's ``DBG GRPC(...): stderr
+        <line>``) logs the child's line: that line's own level decides."""
         m = self.c.warning.search(line)
-        return m is not None and self.c.error_level.search(line, m.end()) is None
+        if m is None or self.c.error_level.search(line, m.end()) is not None:
+            return False
+        r = self.c.relayed.search(line, m.end())
+        return r is None or self._warning(line[r.end():])
 
     def _retried_here(self, start: int, line: str) -> bool:
         """The line or one of the few after it says the operation is retried."""
@@ -456,12 +466,16 @@ class _Filter:
             self._retry_cache[start] = hit
         return hit
 
-    def _retried(self, start: int, line: str) -> bool:
+    def _any_retries(self) -> bool:
+        """Any retry line in the log (read once: most logs never retry)."""
         if self._any_retry is None:
             text = self.lines.text
             self._any_retry = self.c.retry is not None and any(
                 self.c.retry.search(text, r0, r1) is not None for r0, r1 in _regions(text, _PATTERN_SPAN))
-        if not self._any_retry:
+        return self._any_retry
+
+    def _retried(self, start: int, line: str) -> bool:
+        if not self._any_retries():
             return False
         msg = _message(line)
         hit = self._retried_here(start, line)

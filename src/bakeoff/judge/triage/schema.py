@@ -110,6 +110,9 @@ class CommonFile(_Strict):
 
     warning_line: str | None = None
     error_level: str | None = None
+    # a wrapper relaying a child's stream ("DBG GRPC(...): stderr <the child's line>"): the wrapper's
+    # level is its own; the relayed line's own level decides (see matcher._Filter._warning)
+    relayed: str | None = None
     benign: list[str] = []
     recovered: list[str] = []
     retry: list[str] = []
@@ -136,7 +139,7 @@ class CommonFile(_Strict):
                     raise ValueError(f"{name}: not a 'module:function' entry: {e!r}")
         return v
 
-    @field_validator("warning_line", "error_level")
+    @field_validator("warning_line", "error_level", "relayed")
     @classmethod
     def _warning(cls, v: str | None) -> str | None:
         return None if v is None else _regex(v)
@@ -200,6 +203,7 @@ def merge_common(base: CommonFile, user: CommonFile) -> CommonFile:
     return CommonFile(
         warning_line=user.warning_line or base.warning_line,
         error_level=user.error_level or base.error_level,
+        relayed=user.relayed or base.relayed,
         benign=[*base.benign, *user.benign],
         recovered=[*base.recovered, *user.recovered],
         retry=[*base.retry, *user.retry],
