@@ -1245,3 +1245,49 @@ def test_round8_user_rules_may_set_the_relayed_stream(tmp_path):
 def test_round8_a_missing_option_or_file_is_no_missing_weight():
     assert classify("RuntimeError: option --x does not exist", exit_code=1).cause != "model_load"
     assert classify("ValueError: parameter max_tokens not found in the request", exit_code=1).cause != "model_load"
+
+
+# --- round 9: heldout8's misses (development data after its one scoring) ---
+
+@pytest.mark.parametrize(("log", "cause"), [
+    # Metal's command-buffer error for device memory
+    ("ggml-metal-context.m:235: fatal error\nerror: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)",
+     "oom_gpu"),
+    # DeepSpeed's op builder kept no compute capability of this GPU
+    ("RuntimeError: Unable to load inference_core_ops op due to no compute capabilities remaining after filtering",
+     "arch_unsupported"),
+    # a Hopper-only kernel refused at launch ("invalid argument"); the same error from another kernel names nothing
+    ("CUDA error (/src/flash-attention/hopper/flash_fwd_launch_template.h:188): invalid argument", "arch_unsupported"),
+    ("CUDA Error: invalid argument (invalid argument) /src/include/flashinfer/attention/hopper/prefill_sm90.cuh: line 414 "
+     "at function cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_size)",
+     "arch_unsupported"),
+    ("CUDA error (/src/csrc/attention/paged_attention.cu:88): invalid argument", "unknown"),
+    # a native library not where the package looks; a model file not found is not an import
+    ("RuntimeError: Configured CUDA binary not found at /venv/site-packages/bitsandbytes/libbitsandbytes_cuda128.so",
+     "import_error"),
+    ("OSError: libcudart.so.13: cannot be found", "import_error"),
+    # Open MPI's runtime failing to start its processes
+    ("It looks like orte_init failed for some reason; your parallel process is\nlikely to abort.", "distributed_init"),
+    # DeepGEMM's JIT runtime: its compiler run did not exit 0
+    ("RuntimeError: Assertion error (csrc/apis/../jit/kernel_runtime.hpp:45): exit_code == 0", "jit_compile"),
+    # a toolchain without this GPU is a compile failure; a kernel that needs a newer GPU is the GPU's
+    ("ptxas /tmp/x.ptx, line 6; error   : PTX .version 8.4 does not support .target sm_120a\n"
+     "ptxas fatal   : Ptx assembly aborted due to errors", "jit_compile"),
+    ("ptxas /tmp/x.ptx, line 110274; error   : Feature 'f16 arithemetic and compare instructions' requires .target "
+     "sm_53 or higher", "arch_unsupported"),
+])
+def test_round9_classes(log, cause):
+    assert classify(log, exit_code=1).cause == cause
+
+
+def test_round9_a_model_file_not_found_is_not_an_import():
+    log = "FileNotFoundError: model file not found at /models/llama.so.gguf"
+    assert classify(log, exit_code=1).cause != "import_error"
+
+
+def test_round9_a_config_attribute_missing_in_transformers_frames_is_the_model():
+    log = _tb([_SCRIPT, (f"{_SP}/sglang/srt/configs/model_config.py", "__init__", "self.hidden_size = c.hidden_size"),
+               (f"{_SP}/transformers/configuration_utils.py", "__getattribute__", "return super().__getattribute__(key)")],
+              "AttributeError: 'InternVLChatConfig' object has no attribute 'hidden_size'")
+    d = classify(log, exit_code=1)
+    assert (d.cause, d.rule) == ("model_load", "model_load/frames")
