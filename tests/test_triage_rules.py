@@ -1377,3 +1377,29 @@ def test_round10_classes(log, cause):
 ])
 def test_round11_classes(log, cause):
     assert classify(log, exit_code=1).cause == cause
+
+
+# --- round 12: heldout11's misses (development data after its one scoring) ---
+
+@pytest.mark.parametrize(("log", "cause"), [
+    # torch's newer report of a running collective's timeout
+    ("[rank3]:[E227 16:30:43.526301625 ProcessGroupNCCL.cpp:1834] [PG ID 2 PG GUID 3 Rank 3] Timeout at NCCL work: "
+     "32, last enqueued NCCL work: 32, last completed NCCL work: 31.", "hang"),
+    # ggml without pinned memory uses pageable memory: no failure
+    ("ggml_cuda_host_malloc: failed to allocate 31393.86 MiB of pinned memory: out of memory\n"
+     "llm_load_tensors: offloading 17 repeating layers to GPU", "unknown"),
+    # ... a host allocation that fails otherwise still is one
+    ("ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size 31393860000", "oom_host"),
+    # Windows' NTSTATUS codes as ctypes prints them; Triton Inference Server's signal handler
+    ("OSError: [WinError -1073741795] Windows Error 0xc000001d", "crash"),
+    ("Signal (11) received.\n 0# 0x000055f0c3 in /opt/tritonserver/bin/tritonserver", "crash"),
+    # ... a Windows error that is no crash names nothing
+    ("OSError: [WinError 5] Access is denied", "unknown"),
+    # a tensor of the wrong size in the model file
+    ("ERROR stablelm_model_load: tensor 'gpt_neox.embed_in.weight' has wrong size in model file", "model_load"),
+    # the container runtime refusing an image for a newer CUDA than the driver
+    ("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update your driver to a "
+     "newer version, or use an earlier cuda container: unknown.", "arch_unsupported"),
+])
+def test_round12_classes(log, cause):
+    assert classify(log, exit_code=1).cause == cause
