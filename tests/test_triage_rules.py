@@ -1120,7 +1120,7 @@ def test_serde_error_of_a_request_is_not_the_model():
 
 # --- round 7: classes from heldout3-6's misses (development data), written from the libraries' sources ---
 
-@pytest.mark.parametrize(("log", "cause"), [
+_ROUND7 = [
     # a KV cache is device memory even when the message mentions the CPU backend's memory
     ("ValueError: To serve at least one request with the model's max seq len (32768), (2.50 GiB KV cache is "
      "needed, which is larger than the available KV cache memory (0.90 GiB). Try increasing "
@@ -1173,9 +1173,7 @@ def test_serde_error_of_a_request_is_not_the_model():
      "distributed_init"),
     # a file that is not in the format it is named for
     ("Failed to create data: java.lang.IllegalArgumentException: File is not in GGUF format", "model_load"),
-])
-def test_round7_classes(log, cause):
-    assert classify(log, exit_code=1).cause == cause
+]
 
 
 def test_round7_a_limit_comparison_at_info_level_is_no_failure():
@@ -1190,7 +1188,7 @@ _TCPSTORE_RETRY = ("[W1226 15:44:31.548330712 TCPStore.cpp:358] [c10d] TCP clien
                    "600000ms while trying to connect to (h1, 8000).\n")
 
 
-@pytest.mark.parametrize(("log", "cause"), [
+_ROUND8 = [
     # a wrapper relaying a child's stderr at its own DEBUG level: the child's line decides
     ("8:02AM DBG GRPC(m-127.0.0.1:39595): stderr ggml_backend_cuda_buffer_type_alloc_buffer: allocating 5563.66 MiB "
      "on device 0: cudaMalloc failed: out of memory", "oom_gpu"),
@@ -1230,9 +1228,7 @@ _TCPSTORE_RETRY = ("[W1226 15:44:31.548330712 TCPStore.cpp:358] [c10d] TCP clien
      "jit_compile"),
     ("python: /src/server.cpp:40: void Server::run(): Assertion `queue.size() > 0' failed.\nAborted (core dumped)",
      "crash"),
-])
-def test_round8_classes(log, cause):
-    assert classify(log, exit_code=1).cause == cause
+]
 
 
 def test_round8_user_rules_may_set_the_relayed_stream(tmp_path):
@@ -1249,7 +1245,7 @@ def test_round8_a_missing_option_or_file_is_no_missing_weight():
 
 # --- round 9: heldout8's misses (development data after its one scoring) ---
 
-@pytest.mark.parametrize(("log", "cause"), [
+_ROUND9 = [
     # Metal's command-buffer error for device memory
     ("ggml-metal-context.m:235: fatal error\nerror: Insufficient Memory (00000008:kIOGPUCommandBufferCallbackErrorOutOfMemory)",
      "oom_gpu"),
@@ -1275,9 +1271,7 @@ def test_round8_a_missing_option_or_file_is_no_missing_weight():
      "ptxas fatal   : Ptx assembly aborted due to errors", "jit_compile"),
     ("ptxas /tmp/x.ptx, line 110274; error   : Feature 'f16 arithemetic and compare instructions' requires .target "
      "sm_53 or higher", "arch_unsupported"),
-])
-def test_round9_classes(log, cause):
-    assert classify(log, exit_code=1).cause == cause
+]
 
 
 def test_round9_a_model_file_not_found_is_not_an_import():
@@ -1295,7 +1289,7 @@ def test_round9_a_config_attribute_missing_in_transformers_frames_is_the_model()
 
 # --- round 10: heldout9's misses (development data after its one scoring) ---
 
-@pytest.mark.parametrize(("log", "cause"), [
+_ROUND10 = [
     # vLLM's optional kernel extension not built for this GPU's arch
     ("RuntimeError: vllm_flashmla_C is not available, likely was not compiled due to insufficient nvcc version or a "
      "supported arch was not in the list of target arches to compile for.", "arch_unsupported"),
@@ -1336,14 +1330,12 @@ def test_round9_a_config_attribute_missing_in_transformers_frames_is_the_model()
     # a backend value refused; on a GPU it is the GPU's
     ("ValueError: Attention backend 'sage_attn' is not supported by this attention layer;", "bad_args"),
     ("ValueError: Attention backend 'flashinfer' is not supported on sm_75", "arch_unsupported"),
-])
-def test_round10_classes(log, cause):
-    assert classify(log, exit_code=1).cause == cause
+]
 
 
 # --- round 11: heldout10's misses and wrong causes (development data after its one scoring) ---
 
-@pytest.mark.parametrize(("log", "cause"), [
+_ROUND11 = [
     # a Windows crash status reported by the parent is the crash
     ("llama runner process has terminated: exit status 0xc0000409", "crash"),
     # advice to allow overriding a limit is no coping
@@ -1374,14 +1366,12 @@ def test_round10_classes(log, cause):
     # AMD's driver: a GPU page fault
     ("[Thu Feb 12 20:35:53 2026] amdgpu 0000:65:00.0: amdgpu: [gfxhub0] retry page fault (src_id:0 ring:0 vmid:3 "
      "pasid:32826)", "illegal_memory_access"),
-])
-def test_round11_classes(log, cause):
-    assert classify(log, exit_code=1).cause == cause
+]
 
 
 # --- round 12: heldout11's misses (development data after its one scoring) ---
 
-@pytest.mark.parametrize(("log", "cause"), [
+_ROUND12 = [
     # torch's newer report of a running collective's timeout
     ("[rank3]:[E227 16:30:43.526301625 ProcessGroupNCCL.cpp:1834] [PG ID 2 PG GUID 3 Rank 3] Timeout at NCCL work: "
      "32, last enqueued NCCL work: 32, last completed NCCL work: 31.", "hang"),
@@ -1400,6 +1390,11 @@ def test_round11_classes(log, cause):
     # the container runtime refusing an image for a newer CUDA than the driver
     ("nvidia-container-cli: requirement error: unsatisfied condition: cuda>=12.4, please update your driver to a "
      "newer version, or use an earlier cuda container: unknown.", "arch_unsupported"),
-])
-def test_round12_classes(log, cause):
+]
+
+
+@pytest.mark.parametrize(("log", "cause"), [*_ROUND7, *_ROUND8, *_ROUND9, *_ROUND10, *_ROUND11, *_ROUND12])
+def test_rounds_7_to_12_name_their_classes(log, cause):
+    """Rounds 7-12: each line (the engines' and libraries' source wordings, with look-alikes) names its
+    cause; the comments in the tables above say why."""
     assert classify(log, exit_code=1).cause == cause
