@@ -9,7 +9,8 @@ for the failure classes the rules were thin on (tests/data/triage_corpus/dev2/, 
 ``check`` are logs collected after dev2's rules and scored once before any rule was written from them
 (tests/data/triage_corpus/check/; development data since),
 ``earlier`` is the older corpus under tests/data/logs/ (all of it development data). A directory
-given as an argument is scored as one more set: every ``*.log`` under it, the engine taken from the
+given as an argument is scored as one more set (several directories also get one line for all of them
+together: a set collected in halves): every ``*.log`` under it, the engine taken from the
 log's folder name (``vllm/``, ``sglang/``, ``llamacpp/``, ``trtllm/``, ``pytorch/``; others: none). A failure log is "right" when
 ``classify`` names its ``# expected:`` cause, "unknown" when it says unknown, "wrong" when it names
 another cause; a log with ``expected: none`` is "right" when ``find_cause`` finds nothing.
@@ -67,8 +68,16 @@ def sets() -> dict[str, list[Path]]:
             "dev2": dev2, "check": check, "earlier": earlier}
 
 
-def report(name: str, paths: list[Path], rules_dir: str | None) -> str:
-    """The set's summary line, after one line per miss."""
+def summary(name: str, kinds: Counter) -> str:
+    """One set's counts in one line."""
+    n = sum(kinds.values())
+    pct = 100 * kinds["right"] / n if n else 0.0
+    return (f"{name}: {n} logs: right {kinds['right']} ({pct:.0f} %), unknown {kinds['unknown']}, "
+            f"wrong cause {kinds['wrong']}, false alarm {kinds['false alarm']}")
+
+
+def report(name: str, paths: list[Path], rules_dir: str | None) -> tuple[str, Counter]:
+    """The set's summary line, after one line per miss; and its counts."""
     kinds, out = Counter(), []
     for path in paths:
         kind, want, got = score(path, rules_dir)
@@ -76,11 +85,8 @@ def report(name: str, paths: list[Path], rules_dir: str | None) -> str:
         if kind != "right":
             shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
             out.append(f"  [{name}] {kind}: {shown} expected {want}, got {got}")
-    n = sum(kinds.values())
-    pct = 100 * kinds["right"] / n if n else 0.0
-    out.append(f"{name}: {n} logs: right {kinds['right']} ({pct:.0f} %), unknown {kinds['unknown']}, "
-               f"wrong cause {kinds['wrong']}, false alarm {kinds['false alarm']}")
-    return "\n".join(out)
+    out.append(summary(name, kinds))
+    return "\n".join(out), kinds
 
 
 def main() -> None:
@@ -100,12 +106,17 @@ def main() -> None:
         if not d.is_dir():
             ap.error(f"dirs: {d} is not a directory")
     for name in names:
-        print(report(name, all_sets[name], args.rules))
+        print(report(name, all_sets[name], args.rules)[0])
+    together = Counter()
     for d in args.dirs:
         paths = sorted(d.rglob("*.log"))
         if not paths:
             ap.error(f"dirs: {d} holds no *.log files")
-        print(report(str(d), paths, args.rules))
+        text, kinds = report(str(d), paths, args.rules)
+        print(text)
+        together += kinds
+    if len(args.dirs) > 1:  # a set collected in halves (heldout7a + heldout7b) is scored as one
+        print(summary(" + ".join(d.name for d in args.dirs), together))
 
 
 if __name__ == "__main__":

@@ -380,6 +380,15 @@ def test_score_script_scores_a_directory(tmp_path):
     assert "expected port_in_use, got unknown" in out.stdout
     bad = subprocess.run([sys.executable, str(SCORE), str(tmp_path / "nope")], capture_output=True, text=True, env=env, timeout=120)
     assert bad.returncode == 2 and "not a directory" in bad.stderr
+    # a set collected in halves: each half, then both together
+    half = tmp_path.parent / f"{tmp_path.name}-b"
+    (half / "sglang").mkdir(parents=True)
+    (half / "sglang" / "c.log").write_text("# source: x\n# expected: none\nINFO all good\n")
+    both = subprocess.run([sys.executable, str(SCORE), str(tmp_path), str(half)], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert both.returncode == 0, both.stderr
+    assert f"{half}: 1 logs: right 1 (100 %)" in both.stdout
+    assert f"{tmp_path.name} + {half.name}: 3 logs: right 2 (67 %), unknown 1, wrong cause 0, false alarm 0" in both.stdout
 
 
 # Round 3 (issue 27): the classes of heldout2's misses, tested with lines derived from the engines' and
