@@ -713,7 +713,36 @@ def find_cause(
 ) -> Diagnosis | None:
     """The failure cause the rules can prove from the log/exit status, or None if nothing matched.
 
-    ``rules_dir``: a user rules directory merged over the shipped rules (same format)."""
+    ``rules_dir``: a user rules directory merged over the shipped rules (same format). A log listed
+    newest first is read in the order it was written; its evidence keeps the given line numbers."""
+    ordered = structure.oldest_first(log_text or "")
+    found = _find_cause(ordered[0] if ordered else log_text, exit_code=exit_code, signal=signal, engine=engine,
+                        timed_out=timed_out, hung=hung, rules_dir=rules_dir)
+    return _as_given(found, ordered[1]) if ordered and found is not None else found
+
+
+def _as_given(d: Diagnosis, n: int) -> Diagnosis:
+    """``d``, read from a log whose ``n`` lines were reversed, with the line numbers of the log as given."""
+    def renumber(e: str) -> str:
+        m = _EVIDENCE_LINE.match(e)
+        return f"L{n + 1 - int(m.group(1))}: {e[m.end():]}" if m else e
+    evidence = [renumber(e) for e in d.evidence]
+    evidence.sort(key=lambda e: int(m.group(1)) if (m := _EVIDENCE_LINE.match(e)) else n + 1)
+    explanation = f"{d.explanation} (The log lists its newest line first; it was read oldest first.)"
+    return Diagnosis(d.cause, explanation, d.hint, evidence, d.confidence, d.hard, d.rule,
+                     n + 1 - d.line if d.line is not None else None)
+
+
+def _find_cause(
+    log_text: str,
+    *,
+    exit_code: int | None,
+    signal: int | None,
+    engine: str | None,
+    timed_out: bool,
+    hung: bool,
+    rules_dir: str | Path | None,
+) -> Diagnosis | None:
     causes = _causes(rules_dir)
     eng = _norm_engine(engine)
     rules = [
@@ -772,6 +801,9 @@ def find_cause(
         rule=f"{cause}/{rule.id}",
         line=lines.number(lines.bounds(starts[0])[0]) if starts else None,
     )
+
+
+_EVIDENCE_LINE = re.compile(r"L(\d+): ")
 
 
 def _line_start(text: str, number: int) -> int:
@@ -855,8 +887,11 @@ def classify(
     ``server_said`` is what the server itself answered while it never became ready (e.g. the last
     non-200 health answer, ``"GET /health -> 503 Loading model"``); it is appended to the evidence
     as ``"server said: ..."``. ``rules_dir``: a user rules directory merged over the shipped rules."""
-    d = _classify(log_text, exit_code=exit_code, signal=signal, engine=engine, timed_out=timed_out, hung=hung,
-                  rules_dir=rules_dir)
+    ordered = structure.oldest_first(log_text or "")
+    d = _classify(ordered[0] if ordered else log_text, exit_code=exit_code, signal=signal, engine=engine,
+                  timed_out=timed_out, hung=hung, rules_dir=rules_dir)
+    if ordered:
+        d = _as_given(d, ordered[1])
     if server_said:
         d = Diagnosis(d.cause, d.explanation, d.hint, [*d.evidence, f"server said: {_clip(server_said)}"],
                       d.confidence, d.hard, d.rule, d.line)
@@ -865,7 +900,7 @@ def classify(
 
 def _classify(log_text: str, *, exit_code: int | None, signal: int | None, engine: str | None,
               timed_out: bool, hung: bool, rules_dir: str | Path | None) -> Diagnosis:
-    found = find_cause(
+    found = _find_cause(
         log_text, exit_code=exit_code, signal=signal, engine=engine, timed_out=timed_out, hung=hung,
         rules_dir=rules_dir,
     )

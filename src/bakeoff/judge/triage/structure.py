@@ -9,6 +9,9 @@ and what the engine was doing when it failed. Written once; the vocabulary lives
 - ``exception_frames``: the final exception with the frames of its (last) traceback, each as a dotted
   module (the file below ``site-packages``) and a function; the program's own outermost ``<module>``
   frame is left out, so a later ``<module>`` frame is an import.
+- ``oldest_first``: the log in the order it was written. A log viewer's export lists the newest entry
+  first (Google Cloud Logging, Datadog, Loki's default); read so, the consequence (a shell's "Killed")
+  precedes its cause and a traceback reads upside down. Told by the lines' own timestamps.
 - ``phase``: the last phase marker (``[phases]`` in ``_common.toml``) at or before a line: loading
   the model, compiling kernels, capturing CUDA graphs, allocating the KV cache, ...
 """
@@ -29,6 +32,40 @@ _CRASH_HEAD = re.compile(
     r"|Signal \(\d+\) received|Caught signal \d+"
 )
 _FRAME = re.compile(r'^\s*(?:\S+\s+)?(?:File "[^"]+", line \d+ in \S+|PC: @\s+\S+\s+.*\S|#\d+\s+\S.*|\d+# \S.*)')
+
+
+# a timestamp at the head of a line (after a level word or a bracket): ISO dates, "MM-DD hh:mm:ss", glog's
+# "E0407 19:13:52.5", or a time alone; the first one on the line is the logger's
+_STAMP = re.compile(
+    r"^\W{0,4}(?:[A-Z]{1,8}\W{1,3})?\[?(?:(\d{4})-(\d\d)-(\d\d)[T ]|(\d\d)-(\d\d) |[IWEF](\d\d)(\d\d) )?"
+    r"(\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?"
+)
+_MIN_STAMPS = 6  # timestamped lines needed before an order is read from them
+
+
+def _stamp(line: str) -> tuple | None:
+    m = _STAMP.search(line)
+    if m is None:
+        return None
+    g = m.groups()
+    year, month, day = g[0] or "", g[1] or g[3] or g[5] or "", g[2] or g[4] or g[6] or ""
+    return (year, month, day, g[7], g[8], g[9], (g[10] or "").ljust(9, "0"))
+
+
+def oldest_first(text: str) -> tuple[str, int] | None:
+    """(the log with its lines in reverse order, its line count) when it was listed newest first, else
+    None. Newest first: at least ``_MIN_STAMPS`` timestamped lines, their consecutive stamps go back in
+    time at least five times and forward at most once per ten steps back (a log written oldest first
+    goes back only where processes interleave)."""
+    lines = text.split("\n")
+    stamps = [st for st in map(_stamp, lines) if st is not None]
+    if len(stamps) < _MIN_STAMPS:
+        return None
+    back = sum(1 for a, b in zip(stamps, stamps[1:]) if b < a)
+    forward = sum(1 for a, b in zip(stamps, stamps[1:]) if b > a)
+    if back < 5 or forward * 10 > back:
+        return None
+    return "\n".join(reversed(lines)), len(lines)
 
 
 def _tail(text: str) -> tuple[int, list[str]]:
