@@ -1434,6 +1434,48 @@ _ROUND13 = [
      "'sm_120'", "jit_compile"),
     # ... a GPU refused at run time is no compiler's line
     ("RuntimeError: FlashAttention only supports Ampere GPUs or newer.", "arch_unsupported"),
+    # vLLM's executor waited for its workers' answer on the shared-memory queue: they stopped answering
+    ("Traceback (most recent call last):\n"
+     '  File "/usr/lib/python3/site-packages/vllm/v1/executor/multiproc_executor.py", line 395, in get_response\n'
+     "    status, result = mq.dequeue(timeout=dequeue_timeout)\n"
+     '  File "/usr/lib/python3/site-packages/vllm/distributed/device_communicators/shm_broadcast.py", line 755, '
+     "in dequeue\n"
+     "    with self.acquire_read(timeout, indefinite) as buf:\n"
+     '  File "/usr/lib/python3/site-packages/vllm/distributed/device_communicators/shm_broadcast.py", line 674, '
+     "in acquire_read\n"
+     "    raise TimeoutError\n"
+     "TimeoutError", "hang"),
+    # ... another exception through the same queue, or a timeout elsewhere, names nothing
+    ("Traceback (most recent call last):\n"
+     '  File "/usr/lib/python3/site-packages/vllm/distributed/device_communicators/shm_broadcast.py", line 755, '
+     "in dequeue\n"
+     "    raise RuntimeError(\"Message queue is closed\")\n"
+     "RuntimeError: Message queue is closed", "unknown"),
+    ("Traceback (most recent call last):\n"
+     '  File "/usr/lib/python3/site-packages/myapp/client.py", line 12, in fetch\n'
+     "    raise TimeoutError\n"
+     "TimeoutError", "unknown"),
+    # ggml's loaders say a tensor's size is wrong without a level or an error word
+    ("stablelm_model_load: memory_size =    36.00 MB, n_mem = 196608\n"
+     "stablelm_model_load: tensor 'gpt_neox.embed_in.weight' has wrong size in model file", "model_load"),
+    # an engine's config registered under a name the installed transformers already has
+    ("ValueError: '<class 'sglang.srt.configs.qwen2_5_vl_config.Qwen2_5_VLConfig'>' is already used by a "
+     "Transformers model.", "import_error"),
+    ("ValueError: 'aimv2' is already used by a Transformers config, pick another name.", "import_error"),
+    # NVSHMEM's transport status without a description on its line
+    ("Unable to create ah.\n/sgl-workspace/nvshmem/src/modules/transport/ibgda/ibgda.cpp:3025: non-zero status: 7",
+     "distributed_init"),
+    # Triton Inference Server without the backend a model names
+    ("E0306 16:40:07.7 1 model_lifecycle.cc:621] failed to load 'tensorrt_llm' version 2: Invalid argument: unable "
+     "to find 'tensorrtllm/model.py' for model 'tensorrt_llm', in /opt/tritonserver/backends/tensorrtllm",
+     "import_error"),
+    ("E0306 16:40:07.7 1 model_lifecycle.cc:621] failed to load 'm' version 1: Invalid argument: unable to find "
+     "backend library for backend 'vllm', try specifying runtime on the model configuration.", "import_error"),
+    # bitsandbytes' CUDA set-up without its binary or the CUDA library; its ordinary loading line is none
+    ("CUDA SETUP: Required library version not found: libbitsandbytes_cuda121_nocublaslt.so. Maybe you need to\n"
+     "compile it from source?\nCUDA SETUP: Defaulting to libbitsandbytes_cpu.so...", "import_error"),
+    ("CUDA SETUP: Problem: The main issue seems to be that the main CUDA library was not detected.", "import_error"),
+    ("CUDA SETUP: Loading binary /venv/site-packages/bitsandbytes/libbitsandbytes_cuda118.so...", "unknown"),
 ]
 
 
