@@ -1524,3 +1524,6 @@ def test_interleaved_or_sparse_timestamps_keep_the_order():
     few = [f"INFO 05-01 10:00:{s:02d} line" for s in (9, 8, 7, 6, 5)]
     assert structure.oldest_first("\n".join(few)) is None
     assert structure.oldest_first("\n".join([*few, "INFO 05-01 10:00:04 line"])) is not None
+    # a countdown has no date: no logger's stamp
+    eta = [f"ETA 00:00:{s:02d} downloading" for s in range(20, 0, -1)]
+    assert structure.oldest_first("\n".join(eta)) is None

@@ -34,10 +34,11 @@ _CRASH_HEAD = re.compile(
 _FRAME = re.compile(r'^\s*(?:\S+\s+)?(?:File "[^"]+", line \d+ in \S+|PC: @\s+\S+\s+.*\S|#\d+\s+\S.*|\d+# \S.*)')
 
 
-# a timestamp at the head of a line (after a level word or a bracket): ISO dates, "MM-DD hh:mm:ss", glog's
-# "E0407 19:13:52.5", or a time alone; the first one on the line is the logger's
+# a timestamp at the head of a line (after a level word or a bracket): an ISO date, vLLM's "MM-DD", glog's
+# "E0407", then the time; the first one on the line is the logger's. A time without a date is not taken:
+# a countdown ("ETA 00:00:09") goes back in time in a log written oldest first
 _STAMP = re.compile(
-    r"^\W{0,4}(?:[A-Z]{1,8}\W{1,3})?\[?(?:(\d{4})-(\d\d)-(\d\d)[T ]|(\d\d)-(\d\d) |[IWEF](\d\d)(\d\d) )?"
+    r"^\W{0,4}(?:[A-Z]{1,8}\W{1,3})?\[?(?:(\d{4})-(\d\d)-(\d\d)[T ]|(\d\d)-(\d\d) |[IWEF](\d\d)(\d\d) )"
     r"(\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?"
 )
 _MIN_STAMPS = 6  # timestamped lines needed before an order is read from them
