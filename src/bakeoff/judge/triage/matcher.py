@@ -715,10 +715,18 @@ def find_cause(
 
     ``rules_dir``: a user rules directory merged over the shipped rules (same format). A log listed
     newest first is read in the order it was written; its evidence keeps the given line numbers."""
+    return _in_written_order(_find_cause, log_text, exit_code=exit_code, signal=signal, engine=engine,
+                             timed_out=timed_out, hung=hung, rules_dir=rules_dir)
+
+
+def _in_written_order(read, log_text: str, **kw):
+    """``read(log_text, **kw)`` (a Diagnosis or None), on the log in the order it was written: a log listed
+    newest first is read reversed, and the verdict's line numbers are put back to the log as given."""
     ordered = structure.oldest_first(log_text or "")
-    found = _find_cause(ordered[0] if ordered else log_text, exit_code=exit_code, signal=signal, engine=engine,
-                        timed_out=timed_out, hung=hung, rules_dir=rules_dir)
-    return _as_given(found, ordered[1]) if ordered and found is not None else found
+    if not ordered:
+        return read(log_text, **kw)
+    d = read(ordered[0], **kw)
+    return _as_given(d, ordered[1]) if d is not None else None
 
 
 def _as_given(d: Diagnosis, n: int) -> Diagnosis:
@@ -887,11 +895,8 @@ def classify(
     ``server_said`` is what the server itself answered while it never became ready (e.g. the last
     non-200 health answer, ``"GET /health -> 503 Loading model"``); it is appended to the evidence
     as ``"server said: ..."``. ``rules_dir``: a user rules directory merged over the shipped rules."""
-    ordered = structure.oldest_first(log_text or "")
-    d = _classify(ordered[0] if ordered else log_text, exit_code=exit_code, signal=signal, engine=engine,
-                  timed_out=timed_out, hung=hung, rules_dir=rules_dir)
-    if ordered:
-        d = _as_given(d, ordered[1])
+    d = _in_written_order(_classify, log_text, exit_code=exit_code, signal=signal, engine=engine,
+                          timed_out=timed_out, hung=hung, rules_dir=rules_dir)
     if server_said:
         d = Diagnosis(d.cause, d.explanation, d.hint, [*d.evidence, f"server said: {_clip(server_said)}"],
                       d.confidence, d.hard, d.rule, d.line)
