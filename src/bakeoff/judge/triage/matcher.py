@@ -85,6 +85,7 @@ class Rule:
     exit_codes: tuple[int, ...] = ()
     signals: tuple[int, ...] = ()
     before: str | None = None  # an earlier line (within `within` lines) must match this too
+    not_next: str | None = None  # the line right after must not match this
     within: int = 6
     match_warnings: bool = False
     ignore_when_timed_out: bool = False
@@ -114,6 +115,10 @@ class Rule:
     @functools.cached_property
     def before_regex(self) -> re.Pattern[str] | None:
         return re.compile(self.before) if self.before else None
+
+    @functools.cached_property
+    def not_next_regex(self) -> re.Pattern[str] | None:
+        return re.compile(self.not_next) if self.not_next else None
 
     def applies_to(self, engine: str | None) -> bool:
         return engine is None or "*" in self.engines or engine in self.engines
@@ -184,7 +189,7 @@ def _rules_of(path: Path, f: CauseFile, classes: dict) -> list[Rule]:
         spec["engines"] = tuple(_norm_engine(e) if e != "*" else "*" for e in spec.get("engines", ["*"]))
         rule = Rule(cause=f.cause, **spec)
         try:
-            _ = rule.regexes, rule.prefixes, rule.not_regex, rule.before_regex  # bad regexes fail at load
+            _ = rule.regexes, rule.prefixes, rule.not_regex, rule.before_regex, rule.not_next_regex  # bad regexes fail at load
         except re.error as err:
             raise RulesError(f"{path}: rule {rule.id}: the patterns do not compile together ({err})") from None
         unknown = [c for c in (*rule.near, *rule.unless, *([rule.context] if rule.context else [])) if c not in classes]
@@ -625,6 +630,8 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
                 if rule.before_regex is not None and not any(
                     rule.before_regex.search(t) for _, t in lines.before(start, rule.within)
                 ):
+                    continue
+                if rule.not_next_regex is not None and any(rule.not_next_regex.search(t) for t in lines.after(end, 1)):
                     continue
                 got.add(start)
                 cols[(rule, start)] = m.start() - start

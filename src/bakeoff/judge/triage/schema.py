@@ -51,6 +51,9 @@ class RuleSpec(_Strict):
     engines: list[str] = ["*"]
     before: str | None = None
     within: int = Field(default=6, ge=1)
+    # the match does not count when the line right after it matches this (a C++ exception's what() that
+    # states its error in words: the error named a cause; the abort that followed is not the cause)
+    not_next: str | None = None
     match_warnings: bool = False
     # the process died on this line (an assertion, an abort, a fail-fast exit): a root-cause line after
     # it, or one that quotes it (the root cause's words wholly before the crash on the line: a wrapper's
