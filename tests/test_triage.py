@@ -278,7 +278,9 @@ def test_speed_on_big_log():
     elapsed = time.perf_counter() - t0
     assert d.cause == "oom_gpu"
     assert d.line == big.count("\n")
-    assert elapsed < 5, f"classify took {elapsed:.1f}s on a 20 MB log"
+    # a guard against a scan that is not linear (a regex that backtracks over every line takes minutes on this
+    # log), not a speed claim: the 2-core CI machine takes 5-7 s, and another load on it may slow it further
+    assert elapsed < 20, f"classify took {elapsed:.1f}s on a 20 MB log"
 
 
 def test_explain_every_cause_and_rules_load():

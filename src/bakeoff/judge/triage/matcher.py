@@ -373,6 +373,9 @@ def _tail_evidence(text: str, n: int = 5, errors_first: bool = True) -> list[str
 
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 _CONSEQUENCE_LINES = 20  # a wrapper's summary of a crash follows it within this many lines
+# Python's warnings module: "path.py:8: RuntimeWarning: message" (then the source line, indented); a message
+# with a newline puts its next line between the two
+_PY_WARNING = re.compile(r"^\S+\.py:\d+: [A-Z]\w*Warning: ")
 _THEN_FAILED_WITHIN = 10  # a warned cause counts when the engine fails within this many lines after it
 _GAVE_UP_WITHIN = 20  # lines after a retried error in which "the retries ran out" makes it stand
 _PREFIX = re.compile(r"^.{0,120}?\]\s+(?=\S)")  # a log prefix ("(pid=1) ERROR 01-01 00:00:00 [x.py:4] ")
@@ -439,6 +442,8 @@ class _Filter:
         if not match_warnings and self._warning(line) and not (
                 self._any_retries() and self._retried_here(start, line) and self._gave_up_after(start)):
             return True
+        if not match_warnings and self._continues_a_warning(start, line):
+            return True
         if c.benign is not None:
             b = c.benign.search(line)
             if b is not None and b.start() < at:
@@ -449,6 +454,19 @@ class _Filter:
         if went_on is not None and start < went_on:
             return True
         return self._retried(start, line)
+
+    def _continues_a_warning(self, start: int, line: str) -> bool:
+        """The line is the second line of a Python warning's message ("vllm/connections.py:8: RuntimeWarning:
+        Failed to read commit hash:" then "No module named 'vllm._version'"): no level of its own, between the
+        warning's first line and its source line (indented). Without the source line after it, it may be the
+        next thing the program printed (an exception), and it is read as such."""
+        if not line or line[0].isspace() or self.c.error_level.search(line):
+            return False
+        prev = self.lines.before(start, 1)
+        if not prev or _PY_WARNING.search(prev[0][1]) is None:
+            return False
+        nxt = self.lines.after(self.lines.bounds(start)[1], 1)
+        return bool(nxt) and nxt[0][:1].isspace() and nxt[0].strip() != ""
 
     def _warning(self, line: str) -> bool:
         """Logged at a non-error level: a warning/info prefix not followed by an error level (a wrapper
