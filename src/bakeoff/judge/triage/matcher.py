@@ -39,6 +39,7 @@ _ERRORISH = re.compile(
 )
 # a Python traceback frame ('File "x.py", line 3, in f'): paths name kernels and archs, never a cause
 _FRAME = re.compile(r'File "[^"]*", line \d+')
+_RAISE = re.compile(r"(?:^|\s)raise\s+[A-Za-z_]")
 
 
 def _literal_prefix(pattern: str) -> str:
@@ -592,6 +593,12 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
             _, end = lines.bounds(start)
             line = text[start:end]
             if _FRAME.search(line):
+                continue
+            # nor the source line a Python frame quotes under it ("return self._raise_for_unsupported(
+            # architectures)"): code names no cause; the exception line below the frames does. A raise
+            # statement's message is the exception's own words (an excerpt may lack the exception line)
+            above = lines.before(start, 1)
+            if above and _FRAME.search(above[0][1]) and not _RAISE.search(line):
                 continue
             # an assertion's expression is code: its words name no cause (the anchor is read on the line
             # with them blanked); the other classes qualify the cause and may come from it ("cudaSuccess")
