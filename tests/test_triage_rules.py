@@ -1774,6 +1774,13 @@ _ROUND18 = [
     ("llama_prepare_model_devices: invalid value for main_gpu: 0 (available devices: 0)\n"
      "srv    load_model: failed to load model", "unknown"),
     ("ERROR:Failed to load the model.", "model_load"),
+    # a Rust panic's message on the line after "panicked at file:line:col:" is the panic's reason: a cause it
+    # names wins; a message that names none leaves the crash
+    ("thread 'main' panicked at mistralrs-core/src/pipeline/normal.rs:232:9:\n"
+     'File "tokenizer.json" not found at model id "mistralai/Mistral-7B-Instruct-v0.1"\n'
+     "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace", "model_load"),
+    ("thread 'main' panicked at src/main.rs:40:5:\nindex out of bounds: the len is 3 but the index is 5\n"
+     "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace", "crash"),
 ]
 
 
