@@ -1699,9 +1699,9 @@ _ROUND17 = [
     ("KeyError: 'invalid tool call parser: kimi_k2 (chose from { deepseek_v3,granite,hermes,mistral })'", "bad_args"),
     # torch.compile's tracer
     ("ERROR 02-23 22:09:11 core.py:291] torch._dynamo.exc.Unsupported: Observed exception", "jit_compile"),
-    # a model load that failed with nothing after it; a reason after it is the failure's own (unread: unknown) ...
-    ("Error: unable to load model\n\nCaused by:\n    null result from llama cpp", "model_load"),
-    ("text-generation-webui  | 2023-10-12 13:35:19 ERROR:Failed to load the model.", "model_load"),
+    # a model load that failed names the step, not why (LABELS.md: unknown), with or without a detail after it ...
+    ("Error: unable to load model\n\nCaused by:\n    null result from llama cpp", "unknown"),
+    ("text-generation-webui  | 2023-10-12 13:35:19 ERROR:Failed to load the model.", "unknown"),
     ('ERROR Failed to load model modelID="qwen3-vl-4b" error=failed to load model with internal loader: backend not '
      'found: llama-cpp backend="llama-cpp"', "unknown"),
     # ... and a cause on another line wins over it
@@ -1773,7 +1773,7 @@ _ROUND18 = [
     # llama.cpp's loader summary after its own reason is no reason of its own (the fallback does not name it)
     ("llama_prepare_model_devices: invalid value for main_gpu: 0 (available devices: 0)\n"
      "srv    load_model: failed to load model", "unknown"),
-    ("ERROR:Failed to load the model.", "model_load"),
+    ("ERROR:Failed to load the model.", "unknown"),
     # a Rust panic's message on the line after "panicked at file:line:col:" is the panic's reason: a cause it
     # names wins; a message that names none leaves the crash
     ("thread 'main' panicked at mistralrs-core/src/pipeline/normal.rs:232:9:\n"
