@@ -617,6 +617,8 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
                         shared = _gate_ok(causes.gate, low)
                     if not shared:
                         continue
+                if rule.not_regex is not None and rule.not_regex.search(line):
+                    continue
                 for m in anchor.finditer(masked):
                     if prev is None:
                         before = lines.before(start, 1)
