@@ -32,11 +32,11 @@ demo: install
 system-deps:
 	sh scripts/system_deps.sh
 
-# both cores: pytest-xdist workers, each test file (or files sharing a fixture: tests/conftest.py)
+# both cores: pytest-xdist workers, each test file (or the files sharing a fixture: tests/conftest.py)
 # whole on one worker, the longest first; TEST_WORKERS=0 runs everything in one process
 TEST_WORKERS ?= 2
 test: system-deps install-test
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 clean:
 	rm -rf $(VENV) runs

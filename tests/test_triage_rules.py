@@ -1297,7 +1297,19 @@ def test_round9_a_config_attribute_missing_in_transformers_frames_is_the_model()
                (f"{_SP}/transformers/configuration_utils.py", "__getattribute__", "return super().__getattribute__(key)")],
               "AttributeError: 'InternVLChatConfig' object has no attribute 'hidden_size'")
     d = classify(log, exit_code=1)
-    assert (d.cause, d.rule) == ("model_load", "model_load/frames")
+    # round 20: a config class's missing field names the model by its own rule; the frames no longer decide
+    # an AttributeError (a code error says itself what went wrong)
+    assert (d.cause, d.rule) == ("model_load", "model_load/model_config_lacks_field")
+
+
+def test_round20_frames_do_not_name_a_code_error():
+    """An attribute the running code does not have is two versions that do not match, wherever it happens: the
+    frames of init_process_group do not make it a failed set-up of communication."""
+    log = _tb([_SCRIPT, (f"{_SP}/openrlhf/trainer/ray/vllm_engine.py", "init_process_group",
+                         "return self.llm.collective_rpc('init_process_group')"),
+               (f"{_SP}/vllm/entrypoints/llm.py", "collective_rpc", "executor = self.llm_engine.model_executor")],
+              "AttributeError: 'LLMEngine' object has no attribute 'model_executor'")
+    assert classify(log, exit_code=1).cause == "unknown"
 
 
 # --- round 10: heldout9's misses (development data after its one scoring) ---
@@ -1838,6 +1850,19 @@ _ROUND20 = [
      '{"level":"ERROR","function":"LoadModel","message":"llama.cpp unable to load model","model":""}', "model_load"),
     # a GGUF repo's name is no file: "Failed to load model 'Qwen3-0.6B-GGUF'" alone names nothing
     ("Failed to load model 'Qwen3-0.6B-GGUF'", "unknown"),
+    # llama.cpp's context that could not be created, alone: the step, not why (memory, a flag, a backend)
+    ("Error: llama runner process has terminated: error:failed to create context with model '/m/blobs/sha256-7995'",
+     "unknown"),
+    # a model type the engine does not know, found by importing its module: the model, not the packages
+    ("Error when loading model: ValueError: Model type gemma4 not supported. Error: No module named "
+     "'mlx_vlm.models.gemma4'", "model_load"),
+    ("ModuleNotFoundError: No module named 'vllm._C'", "import_error"),
+    # a Rust panic whose message quotes a GPU runtime's error names that error (unknown here), not a crash ...
+    ("thread 'main' panicked at mistralrs-core/src/lib.rs:253:69:\n"
+     'called `Result::unwrap()` on an `Err` value: WithBacktrace { inner: Cuda(Cuda(DriverError(CUDA_ERROR_NO_DEVICE, '
+     '"no CUDA-capable device is detected")))', "unknown"),
+    # ... a panic on anything else stays a crash
+    ("thread 'main' panicked at src/main.rs:406:19:\nindex out of bounds: the len is 3 but the index is 7", "crash"),
 ]
 
 

@@ -857,6 +857,9 @@ def _line_start(text: str, number: int) -> int:
     return pos
 
 
+_CODE_ERRORS = frozenset({"AttributeError", "NameError", "UnboundLocalError", "SyntaxError", "IndentationError"})
+
+
 def _by_frames(text: str, causes: _Causes) -> Diagnosis | None:
     """The cause the final exception's frames name, where no rule names the log: a tier below every
     rule's line. Only for a failure (an uncaught exception with a traceback, not logged as a warning,
@@ -870,6 +873,10 @@ def _by_frames(text: str, causes: _Causes) -> Diagnosis | None:
     if found is None:
         return None
     (exc_no, exc_type, exc_line), frames = found
+    # a code error (an attribute or name the running code does not have, code that does not parse) says what
+    # went wrong itself: two versions that do not match, a bug. The frames say only where it happened
+    if exc_type.rsplit(".", 1)[-1] in _CODE_ERRORS:
+        return None
     start = _line_start(text, exc_no)
     if _Filter(causes, _Lines(text)).excluded(start, exc_line):  # a warning, recovered, went on, retried
         return None
