@@ -87,6 +87,7 @@ class Rule:
     signals: tuple[int, ...] = ()
     before: str | None = None  # an earlier line (within `within` lines) must match this too
     not_next: str | None = None  # the line right after must not match this
+    not_after: tuple[str, ...] = ()  # classes none of the `within` lines before may hold
     within: int = 6
     match_warnings: bool = False
     ignore_when_timed_out: bool = False
@@ -184,7 +185,7 @@ def _rules_of(path: Path, f: CauseFile, classes: dict) -> list[Rule]:
     for raw in f.rule:
         spec = {**base, **{k: v for k, v in raw.model_dump().items() if v is not None}}
         spec.setdefault("ignore_when_timed_out", bool(f.ignore_when_timed_out))
-        for key in ("patterns", "not_patterns", "exit_codes", "signals", "near", "unless"):
+        for key in ("patterns", "not_patterns", "exit_codes", "signals", "near", "unless", "not_after"):
             spec[key] = tuple(spec.get(key, ()))
         spec["gate"] = tuple(w.lower() for w in spec.get("gate", ()))
         spec["engines"] = tuple(_norm_engine(e) if e != "*" else "*" for e in spec.get("engines", ["*"]))
@@ -193,7 +194,8 @@ def _rules_of(path: Path, f: CauseFile, classes: dict) -> list[Rule]:
             _ = rule.regexes, rule.prefixes, rule.not_regex, rule.before_regex, rule.not_next_regex  # bad regexes fail at load
         except re.error as err:
             raise RulesError(f"{path}: rule {rule.id}: the patterns do not compile together ({err})") from None
-        unknown = [c for c in (*rule.near, *rule.unless, *([rule.context] if rule.context else [])) if c not in classes]
+        unknown = [c for c in (*rule.near, *rule.unless, *rule.not_after, *([rule.context] if rule.context else []))
+                   if c not in classes]
         if unknown:
             raise RulesError(f"{path}: rule {rule.id}: unknown token classes {unknown}; known: {sorted(classes)}")
         out.append(rule)
@@ -542,6 +544,12 @@ def _shape_ok(rule: Rule, classes: dict, line: str, anchor: tuple[int, int], pre
     return True
 
 
+def _after_a_named_error(rule: Rule, classes: dict, lines: _Lines, start: int) -> bool:
+    """One of the ``rule.within`` lines before ``start`` holds a word of a ``rule.not_after`` class."""
+    return bool(rule.not_after) and any(classes[name].search(text) for name in rule.not_after
+                                        for _, text in lines.before(start, rule.within))
+
+
 def _regions(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
     """[start, end) spans of ``text`` to read: all of it, or its head and tail (whole lines)."""
     head, tail = span
@@ -625,7 +633,8 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
                         prev = before[0][1] if before else ""
                     if _shape_ok(rule, causes.classes, line, (m.start(), m.end()), prev):
                         if not filt.excluded(start, line, m.end(), match_warnings=rule.match_warnings) and (
-                                not rule.then_failed or filt.failed_after(start)):
+                                not rule.then_failed or filt.failed_after(start)) and not _after_a_named_error(
+                                rule, causes.classes, lines, start):
                             at.append(start)
                             cols[(rule, start)] = m.start()
                         break
@@ -659,6 +668,8 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
                 ):
                     continue
                 if rule.not_next_regex is not None and any(rule.not_next_regex.search(t) for t in lines.after(end, 1)):
+                    continue
+                if _after_a_named_error(rule, causes.classes, lines, start):
                     continue
                 got.add(start)
                 cols[(rule, start)] = m.start() - start

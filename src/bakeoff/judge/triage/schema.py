@@ -54,6 +54,10 @@ class RuleSpec(_Strict):
     # the match does not count when the line right after it matches this (a C++ exception's what() that
     # states its error in words: the error named a cause; the abort that followed is not the cause)
     not_next: str | None = None
+    # the match does not count when one of the ``within`` lines before it holds a word of one of these
+    # classes (_common.toml): a GPU runtime's error printed just above an abort named the failure; the
+    # abort is how it ended
+    not_after: list[str] = []
     match_warnings: bool = False
     # the process died on this line (an assertion, an abort, a fail-fast exit): a root-cause line after
     # it, or one that quotes it (the root cause's words wholly before the crash on the line: a wrapper's
