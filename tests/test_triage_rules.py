@@ -1965,7 +1965,14 @@ _ROUND23 = [
     (r"rocBLAS error: Cannot Read C:\Temp\_MEI369642\/library/TensileLibrary.dat No such file or directory for GPU "
      "arch : gfx1100", "arch_unsupported"),
     # 0xC0000409 as a signed exit code in LM Studio's error object is the crash
-    ('  "cause": "(Exit code: -1073740791). Unknown error. Try a different model and/or config.",', "crash"),
+    ('  "cause": "(Exit code: -1073740791). Unknown error. Try a different model and/or config.",', "crash"),    # from heldout19's unknowns: pip's resolver, vLLM's engine watchdog, Metal's shader compiler, a Triton cache race
+    ("ERROR: Cannot install flashinfer-python==0.2.0 and torch==2.6.0 because these package versions have conflicting "
+     "dependencies.", "import_error"),
+    ("ERROR 11-27 11:55:55 async_llm_engine.py:960] Engine iteration timed out. This should never happen!", "hang"),
+    ('ggml_metal_init: load pipeline error: Error Domain=CompilerError Code=2 "AIR builtin function was called but no '
+     'definition was found."', "jit_compile"),
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/home/u/.triton/cache/a95dd98725/_fwd_kernel_stage2.json"
+     ".tmp.pid_33358_98246'", "jit_compile"),
 ]
 
 
