@@ -523,18 +523,18 @@ def test_an_error_the_engine_went_on_after_is_no_failure():
     assert find_cause(one_rank).cause == "model_load"
     started = err + "INFO:     Uvicorn running on http://0.0.0.0:8000 (Press CTRL+C to quit)\n"
     assert find_cause(started) is None
-    # a web UI's port fallback (from the source of Gradio's launch(): "Running on local URL:  {url}")
-    moved = ("ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 7860): address already in use\n"
-             "Running on local URL:  http://0.0.0.0:7861\n")
-    assert find_cause(moved.split("\n")[0] + "\n").cause == "port_in_use"
-    assert find_cause(moved) is None
-    # a request answered 200 (uvicorn's access log) and LocalAI's start are the server going on (round 22)
-    served = err + 'INFO:     127.0.0.1:57334 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
-    assert find_cause(served) is None
-    probe = ("/aio/entrypoint.sh: line 52: nvidia-smi: command not found\n"
-             "10:29AM INF LocalAI API is listening! Please connect to the endpoint for API documentation.\n")
-    assert find_cause(probe.split("\n")[0] + "\n").cause == "import_error"
-    assert find_cause(probe) is None
+    # each error alone names its cause; the line after it says the server went on: a web UI's port fallback (from
+    # the source of Gradio's launch(): "Running on local URL:  {url}"), a request answered 200 (uvicorn's access
+    # log), LocalAI's start after its entrypoint's GPU probe (round 22)
+    for error, cause, went_on in [
+        ("ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 7860): address already in use\n",
+         "port_in_use", "Running on local URL:  http://0.0.0.0:7861\n"),
+        (err, "model_load", 'INFO:     127.0.0.1:57334 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'),
+        ("/aio/entrypoint.sh: line 52: nvidia-smi: command not found\n", "import_error",
+         "10:29AM INF LocalAI API is listening! Please connect to the endpoint for API documentation.\n"),
+    ]:
+        assert find_cause(error).cause == cause
+        assert find_cause(error + went_on) is None, went_on
     # an error after the engine went on still counts
     later = "INFO:     Application startup complete.\n" + err
     assert find_cause(later).cause == "model_load"
