@@ -1998,3 +1998,23 @@ not_next = 'reason: \\w+'
     assert classify("runner died\n", exit_code=1, rules_dir=tmp_path).cause == "crash"
     d = classify("runner died\nreason: quota\n", exit_code=1, rules_dir=tmp_path)
     assert d.cause == "unknown" and any("runner died" in e for e in d.evidence)
+
+
+def test_a_rule_may_refuse_a_match_whose_next_line_holds_a_word_of_a_class(tmp_path):
+    """``not_before``: the match does not count when the line right after it holds a word of a named class
+    (_common.toml's): Rust's panic whose message quotes a GPU runtime's error is that error's report, not a
+    crash. A class the rules do not define is refused when the rules load."""
+    panic = "thread 'main' panicked at src/main.rs:12:5:\n"
+    assert classify(panic + "index out of bounds: the len is 3 but the index is 7\n", exit_code=101).cause == "crash"
+    d = classify(panic + "called `Result::unwrap()` on an `Err` value: DriverError(CUDA_ERROR_NOT_FOUND, \"named symbol not found\")\n",
+                 exit_code=101)
+    assert d.cause != "crash"
+    _write(tmp_path, "crash.toml", '''
+cause = "crash"
+[[rule]]
+id = "runner_died"
+patterns = ['runner died']
+not_before = ["memory_word"]
+''')
+    with pytest.raises(RulesError, match="memory_word"):
+        classify("runner died\n", exit_code=1, rules_dir=tmp_path)

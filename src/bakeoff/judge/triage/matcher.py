@@ -88,6 +88,7 @@ class Rule:
     before: str | None = None  # an earlier line (within `within` lines) must match this too
     not_next: str | None = None  # the line right after must not match this
     not_after: tuple[str, ...] = ()  # classes none of the `within` lines before may hold
+    not_before: tuple[str, ...] = ()  # classes the line right after may not hold
     within: int = 6
     match_warnings: bool = False
     ignore_when_timed_out: bool = False
@@ -185,7 +186,8 @@ def _rules_of(path: Path, f: CauseFile, classes: dict) -> list[Rule]:
     for raw in f.rule:
         spec = {**base, **{k: v for k, v in raw.model_dump().items() if v is not None}}
         spec.setdefault("ignore_when_timed_out", bool(f.ignore_when_timed_out))
-        for key in ("patterns", "not_patterns", "exit_codes", "signals", "near", "unless", "not_after"):
+        for key in ("patterns", "not_patterns", "exit_codes", "signals", "near", "unless", "not_after",
+                    "not_before"):
             spec[key] = tuple(spec.get(key, ()))
         spec["gate"] = tuple(w.lower() for w in spec.get("gate", ()))
         spec["engines"] = tuple(_norm_engine(e) if e != "*" else "*" for e in spec.get("engines", ["*"]))
@@ -194,7 +196,7 @@ def _rules_of(path: Path, f: CauseFile, classes: dict) -> list[Rule]:
             _ = rule.regexes, rule.prefixes, rule.not_regex, rule.before_regex, rule.not_next_regex  # bad regexes fail at load
         except re.error as err:
             raise RulesError(f"{path}: rule {rule.id}: the patterns do not compile together ({err})") from None
-        unknown = [c for c in (*rule.near, *rule.unless, *rule.not_after, *([rule.context] if rule.context else []))
+        unknown = [c for c in (*rule.near, *rule.unless, *rule.not_after, *rule.not_before, *([rule.context] if rule.context else []))
                    if c not in classes]
         if unknown:
             raise RulesError(f"{path}: rule {rule.id}: unknown token classes {unknown}; known: {sorted(classes)}")
@@ -670,6 +672,9 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
                 if rule.not_next_regex is not None and any(rule.not_next_regex.search(t) for t in lines.after(end, 1)):
                     continue
                 if _after_a_named_error(rule, causes.classes, lines, start):
+                    continue
+                if rule.not_before and any(causes.classes[name].search(t) for name in rule.not_before
+                                           for t in lines.after(end, 1)):
                     continue
                 got.add(start)
                 cols[(rule, start)] = m.start() - start
