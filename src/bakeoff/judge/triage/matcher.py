@@ -88,7 +88,7 @@ class Rule:
     before: str | None = None  # an earlier line (within `within` lines) must match this too
     not_next: str | None = None  # the line right after must not match this
     not_after: tuple[str, ...] = ()  # classes none of the `within` lines before may hold
-    not_before: tuple[str, ...] = ()  # classes the line right after may not hold
+    not_before: tuple[str, ...] = ()  # classes the next non-blank line may not hold
     within: int = 6
     match_warnings: bool = False
     ignore_when_timed_out: bool = False
@@ -546,6 +546,15 @@ def _shape_ok(rule: Rule, classes: dict, line: str, anchor: tuple[int, int], pre
     return True
 
 
+def _before_a_named_error(rule: Rule, classes: dict, lines: _Lines, end: int) -> bool:
+    """The next non-blank line after the one ending at ``end`` holds a word of a ``rule.not_before`` class
+    (a wrapper's death report, then on the next lines the runner's last error that it quotes)."""
+    if not rule.not_before:
+        return False
+    nxt = next((t for t in lines.after(end, 3) if t.strip()), "")
+    return any(classes[name].search(nxt) for name in rule.not_before)
+
+
 def _after_a_named_error(rule: Rule, classes: dict, lines: _Lines, start: int) -> bool:
     """One of the ``rule.within`` lines before ``start`` holds a word of a ``rule.not_after`` class."""
     return bool(rule.not_after) and any(classes[name].search(text) for name in rule.not_after
@@ -636,7 +645,8 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
                     if _shape_ok(rule, causes.classes, line, (m.start(), m.end()), prev):
                         if not filt.excluded(start, line, m.end(), match_warnings=rule.match_warnings) and (
                                 not rule.then_failed or filt.failed_after(start)) and not _after_a_named_error(
-                                rule, causes.classes, lines, start):
+                                rule, causes.classes, lines, start) and not _before_a_named_error(
+                                rule, causes.classes, lines, end):
                             at.append(start)
                             cols[(rule, start)] = m.start()
                         break
@@ -673,8 +683,7 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
                     continue
                 if _after_a_named_error(rule, causes.classes, lines, start):
                     continue
-                if rule.not_before and any(causes.classes[name].search(t) for name in rule.not_before
-                                           for t in lines.after(end, 1)):
+                if _before_a_named_error(rule, causes.classes, lines, end):
                     continue
                 got.add(start)
                 cols[(rule, start)] = m.start() - start

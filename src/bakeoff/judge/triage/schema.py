@@ -58,8 +58,9 @@ class RuleSpec(_Strict):
     # classes (_common.toml): a GPU runtime's error printed just above an abort named the failure; the
     # abort is how it ended
     not_after: list[str] = []
-    # the match does not count when the line right after it holds a word of one of these classes (Rust's
-    # panic whose message, on the next line, quotes a GPU runtime's error: that error named the failure)
+    # the match does not count when the next non-blank line (of the 3 after it) holds a word of one of these
+    # classes (Rust's panic whose message, on the next line, quotes a GPU runtime's error; a wrapper's report of
+    # its runner's exit status, then the runner's last error it quotes: that error named the failure)
     not_before: list[str] = []
     match_warnings: bool = False
     # the process died on this line (an assertion, an abort, a fail-fast exit): a root-cause line after
