@@ -906,8 +906,10 @@ def _by_frames(text: str, causes: _Causes) -> Diagnosis | None:
     if _Filter(causes, _Lines(text)).excluded(start, exc_line):  # a warning, recovered, went on, retried
         return None
     # another phase announced after the exception (it was loading; now it captures graphs, serves): the
-    # engine went on. The same phase again is output interleaved from another stream (a progress bar)
-    end = text.find("\n", start)
+    # engine went on. The same phase again is output interleaved from another stream (a progress bar). Frames
+    # listed below the exception (pybind11's "At:") are the exception's own, not what came after it
+    last = max(exc_no, frames[-1][0] if frames else exc_no, frames[0][0] if frames else exc_no)
+    end = text.find("\n", _line_start(text, last))
     doing = structure.phase(text, start, causes.phases)
     later = structure.phase(text[end:], len(text) - end, causes.phases) if end >= 0 else None
     if later is not None and later != doing:

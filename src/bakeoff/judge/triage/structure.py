@@ -22,7 +22,7 @@ import re
 
 _TAIL = 256 * 1024  # structure is read in the last 256 KiB: the end of a log is where it died
 _EXC = re.compile(
-    r"(?:^|[\s:\]\)>|])((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|[a-z_]+\.error))"
+    r"(?:^|[\s:\]\)>|])((?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt)|Exception|[a-z_]+\.error))"
     r"(?::\s+(\S.*)|\s*$)"
 )
 _WHAT = re.compile(r"^\s*what\(\):\s+(\S.*)")
@@ -164,6 +164,10 @@ _PYFRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>\S+)')
 _TB_START = re.compile(r"Traceback \(most recent call last\)|During handling of the above exception"
                        r"|The above exception was the direct cause")
 _FRAMES_BACK = 300  # lines searched back from the final exception for its traceback
+# pybind11's rendering of a Python exception raised through C++ (error_already_set::what(): the message, a blank
+# line, "At:", then one "  path(line): function" per frame, innermost first), as LM Studio's MLX engine logs it
+_AT_HEAD = re.compile(r"^\s*At:\s*$")
+_AT_FRAME = re.compile(r"^\s+(?P<path>\S.*?\.py)\(\d+\): (?P<func>[\w<>.]+)\s*$")
 _PKG_ROOT = re.compile(r".*[/\\](?:site|dist)-packages[/\\]")
 _ENTRY = ("runpy",)  # the interpreter's own entry frames (python -m): part of the program, not what it did
 
@@ -181,7 +185,8 @@ def module_of(path: str) -> str:
 
 def exception_frames(text: str) -> tuple[tuple[int, str, str], list[tuple[int, str, str, str]]] | None:
     """The final exception and the frames of its traceback, innermost last, or None when the final
-    exception has no frame above it (a bare error line). ``((line number, type, line), [(line number,
+    exception has no frame (a bare error line). Frames are read above it (Python's traceback) or, failing
+    that, in pybind11's ``At:`` list just below it. ``((line number, type, line), [(line number,
     module, function, line), ...])``. Only the last traceback counts: the frames stop at the
     ``Traceback`` header or a chained exception's separator above the exception. The outermost
     ``<module>`` frame (and runpy's before it) is the program that ran, so it is left out: a later
@@ -200,6 +205,8 @@ def exception_frames(text: str) -> tuple[tuple[int, str, str], list[tuple[int, s
         if m:
             frames.append((first + i, module_of(m.group("path")), m.group("func"), line))
     frames.reverse()
+    if not frames:
+        frames = _frames_below(lines, at, first)
     while frames and frames[0][1].rsplit(".", 1)[-1] in _ENTRY:
         frames.pop(0)
     if frames and frames[0][2] == "<module>":
@@ -207,3 +214,19 @@ def exception_frames(text: str) -> tuple[tuple[int, str, str], list[tuple[int, s
     if not frames:
         return None
     return exc, frames
+
+
+def _frames_below(lines: list[str], at: int, first: int) -> list[tuple[int, str, str, str]]:
+    """pybind11's ``At:`` frames within 3 lines below the exception at index ``at``, outermost first."""
+    for i in range(at + 1, min(len(lines), at + 4)):
+        if _AT_HEAD.search(lines[i]):
+            out = []
+            for j in range(i + 1, len(lines)):
+                m = _AT_FRAME.search(lines[j])
+                if not m:
+                    break
+                out.append((first + j, module_of(m.group("path")), m.group("func"), lines[j]))
+            return out[::-1]
+        if lines[i].strip():
+            return []
+    return []
