@@ -383,6 +383,7 @@ _CONSEQUENCE_LINES = 20  # a wrapper's summary of a crash follows it within this
 _PY_WARNING = re.compile(r"^\S+\.py:\d+: [A-Z]\w*Warning: ")
 _THEN_FAILED_WITHIN = 10  # a warned cause counts when the engine fails within this many lines after it
 _GAVE_UP_WITHIN = 20  # lines after a retried error in which "the retries ran out" makes it stand
+_EXC_HEAD = re.compile(r"\b[A-Z]\w*(?:Error|Exception): ")  # a Python exception's type, then its message
 _PREFIX = re.compile(r"^.{0,120}?\]\s+(?=\S)")  # a log prefix ("(pid=1) ERROR 01-01 00:00:00 [x.py:4] ")
 
 
@@ -480,6 +481,9 @@ class _Filter:
         <line>``) logs the child's line: that line's own level decides."""
         m = self.c.warning.search(line)
         if m is None or self.c.error_level.search(line, m.end()) is not None:
+            return False
+        # an exception's message that goes on to say "WARNING: ..." is the exception's line, not a warning
+        if _EXC_HEAD.search(line, 0, m.start()):
             return False
         r = self.c.relayed.search(line, m.end())
         return r is None or self._warning(line[r.end():])
