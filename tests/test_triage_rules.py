@@ -2154,14 +2154,27 @@ _ROUND28 = [
      " requires `accelerate`. You can install it with `pip install accelerate`", "import_error"),
 ]
 
+_ROUND29 = [
+    # from heldout25's misses: Windows' DLL initialisation failure in any language; bitsandbytes' CUDA set-up
+    ("OSError: [WinError 1114] \u52a8\u6001\u94fe\u63a5\u5e93(DLL)\u521d\u59cb\u5316\u4f8b\u7a0b\u5931\u8d25\u3002",
+     "import_error"),
+    ("RuntimeError:\n        CUDA Setup failed despite GPU being available. Inspect the CUDA SETUP outputs above to fix "
+     "your environment!", "import_error"),
+    # a size of 0 refused; llama.cpp's row split on a back-end without split buffers
+    ("  RuntimeError: cp_world_size must be positive, required by downstream unified code path. Use 1 if CP is not "
+     "enabled.", "bad_args"),
+    ("INFO: the batch size must be positive; using 1", "unknown"),
+    ("llama_model_load: error loading model: device CUDA0 does not support split buffers", "bad_args"),
+]
+
 
 @pytest.mark.parametrize(("log", "cause"), [*_ROUND7, *_ROUND8, *_ROUND9, *_ROUND10, *_ROUND11, *_ROUND12,
                                             *_ROUND13, *_ROUND14, *_ROUND15, *_ROUND16, *_ROUND17, *_ROUND18,
                                             *_ROUND19, *_ROUND20, *_ROUND21, *_ROUND22, *_ROUND23,
                                             *_ROUND24, *_ROUND25, *_ROUND26,
-                                            *_ROUND27, *_ROUND28])
-def test_rounds_7_to_28_name_their_classes(log, cause):
-    """Rounds 7-28: each line (the engines' and libraries' source wordings, with look-alikes) names its
+                                            *_ROUND27, *_ROUND28, *_ROUND29])
+def test_rounds_7_to_29_name_their_classes(log, cause):
+    """Rounds 7-29: each line (the engines' and libraries' source wordings, with look-alikes) names its
     cause; the comments in the tables above say why."""
     assert classify(log, exit_code=1).cause == cause
 
