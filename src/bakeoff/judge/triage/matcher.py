@@ -550,19 +550,17 @@ def _shape_ok(rule: Rule, classes: dict, line: str, anchor: tuple[int, int], pre
     return True
 
 
-def _before_a_named_error(rule: Rule, classes: dict, lines: _Lines, end: int) -> bool:
-    """The next non-blank line after the one ending at ``end`` holds a word of a ``rule.not_before`` class
+def _beside_a_named_error(rule: Rule, classes: dict, lines: _Lines, start: int, end: int) -> bool:
+    """The matched line (``start``..``end``) is another error's report: one of the ``rule.within`` lines before
+    it holds a word of a ``rule.not_after`` class, or the next non-blank line one of a ``rule.not_before`` class
     (a wrapper's death report, then on the next lines the runner's last error that it quotes)."""
+    if rule.not_after and any(classes[name].search(text) for name in rule.not_after
+                              for _, text in lines.before(start, rule.within)):
+        return True
     if not rule.not_before:
         return False
     nxt = next((t for t in lines.after(end, 3) if t.strip()), "")
     return any(classes[name].search(nxt) for name in rule.not_before)
-
-
-def _after_a_named_error(rule: Rule, classes: dict, lines: _Lines, start: int) -> bool:
-    """One of the ``rule.within`` lines before ``start`` holds a word of a ``rule.not_after`` class."""
-    return bool(rule.not_after) and any(classes[name].search(text) for name in rule.not_after
-                                        for _, text in lines.before(start, rule.within))
 
 
 def _regions(text: str, span: tuple[int, int]) -> list[tuple[int, int]]:
@@ -648,9 +646,8 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
                         prev = before[0][1] if before else ""
                     if _shape_ok(rule, causes.classes, line, (m.start(), m.end()), prev):
                         if not filt.excluded(start, line, m.end(), match_warnings=rule.match_warnings) and (
-                                not rule.then_failed or filt.failed_after(start)) and not _after_a_named_error(
-                                rule, causes.classes, lines, start) and not _before_a_named_error(
-                                rule, causes.classes, lines, end):
+                                not rule.then_failed or filt.failed_after(start)) and not _beside_a_named_error(
+                                rule, causes.classes, lines, start, end):
                             at.append(start)
                             cols[(rule, start)] = m.start()
                         break
@@ -685,9 +682,7 @@ def _scan(text: str, causes: _Causes, rules: list[Rule]) -> tuple[dict[Rule, lis
                     continue
                 if rule.not_next_regex is not None and any(rule.not_next_regex.search(t) for t in lines.after(end, 1)):
                     continue
-                if _after_a_named_error(rule, causes.classes, lines, start):
-                    continue
-                if _before_a_named_error(rule, causes.classes, lines, end):
+                if _beside_a_named_error(rule, causes.classes, lines, start, end):
                     continue
                 got.add(start)
                 cols[(rule, start)] = m.start() - start
@@ -912,8 +907,7 @@ def _by_frames(text: str, causes: _Causes) -> Diagnosis | None:
     # another phase announced after the exception (it was loading; now it captures graphs, serves): the
     # engine went on. The same phase again is output interleaved from another stream (a progress bar). Frames
     # listed below the exception (pybind11's "At:") are the exception's own, not what came after it
-    last = max(exc_no, frames[-1][0] if frames else exc_no, frames[0][0] if frames else exc_no)
-    end = text.find("\n", _line_start(text, last))
+    end = text.find("\n", _line_start(text, max(exc_no, *(fr[0] for fr in frames))))
     doing = structure.phase(text, start, causes.phases)
     later = structure.phase(text[end:], len(text) - end, causes.phases) if end >= 0 else None
     if later is not None and later != doing:
