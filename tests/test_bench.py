@@ -190,7 +190,7 @@ def test_stub_warmup_excluded_and_poisson_duration(stub):
     (s,) = _run(stub, cfg, model="stub")
     assert s.requests == n and s.completed == n  # the 3 warm-ups are not counted
     last_arrival = bench.arrival_times(n, rate, seed)[-1]
-    assert last_arrival <= s.duration_s < last_arrival + 0.3
+    assert last_arrival <= s.duration_s < last_arrival + 0.55  # the next gap is > 0.6 s: a sleep after the last send shows
 
 
 def test_stub_no_tokenize_uses_estimate(tmp_path):
