@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import tomllib
+from pathlib import Path
 
 import psutil
 import pytest
@@ -17,11 +18,12 @@ import pytest
 from bakeoff.store import Store
 from clirun import run_cli
 
+ROOT = Path(__file__).resolve().parent.parent
 API_KEY = "sk-e2e-0123456789abcdefKEY"
 KEY_ENV = {**os.environ, "BAKEOFF_E2E_KEY": API_KEY}
 
 
-def _servers(under: str = "/") -> list[int]:
+def _servers(under: str) -> list[int]:
     """llama-servers started by a bakeoff trial (tagged with its log path) under ``under``: not
     other work's (other tests on a shared machine start their own)."""
     import os
@@ -132,14 +134,16 @@ def test_report_command_rebuilds(sweep):
     assert "## Recommendation" in (sweep["dir"] / "report.md").read_text()
 
 
-def test_plan_prints_argv_and_launches_nothing():
-    before = set(_servers())
-    proc = subprocess.run([sys.executable, "-m", "bakeoff.cli", "plan", "examples/smollm2.toml"],
-                          capture_output=True, text=True, timeout=60)
+def test_plan_prints_argv_and_launches_nothing(tmp_path):
+    # run in a directory of its own: a launch would tag its server with a log under runs/<name> there, and
+    # write that directory; servers of other tests running meanwhile (xdist's other worker) are not looked at
+    proc = subprocess.run([sys.executable, "-m", "bakeoff.cli", "plan", str(ROOT / "examples" / "smollm2.toml")],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("# trial") == 3
     assert "--cache-type-v q8_0" in proc.stdout and "OMP_NUM_THREADS=1" in proc.stdout
-    assert set(_servers()) <= before
+    assert not _servers(str(tmp_path))
+    assert not any(tmp_path.iterdir()), "plan wrote a sweep directory"
 
 
 def test_the_baseline_was_launched_as_often_as_the_decision_wanted(sweep):
