@@ -54,7 +54,7 @@ def held_out_number(folder: str) -> int | None:
 
 
 def corpus() -> list[dict]:
-    """Every labelled failure log: its folder (set), label, and the text a fallback would read."""
+    """Every labelled failure log: its folder (set), label, body and exit status, and the text a fallback reads."""
     rows = []
     for path in sorted(DATA.rglob("*.log")):
         rel = path.relative_to(DATA).parts
@@ -67,7 +67,9 @@ def corpus() -> list[dict]:
             continue
         exc = structure.final_exception(body)
         lines = [re.sub(r"^L\d+: ", "", e) for e in _tail_evidence(body)]
-        rows.append({"set": folder, "path": path, "label": want, "text": "\n".join(([exc[2]] if exc else []) + lines)})
+        rows.append({"set": folder, "path": path, "label": want, "body": body,
+                     "exit_code": int(head["exit_code"]) if "exit_code" in head else None,
+                     "text": "\n".join(([exc[2]] if exc else []) + lines)})
     return rows
 
 
@@ -123,12 +125,10 @@ def learned(rows: list[dict]) -> None:
 def crash_veto(rows: list[dict]) -> None:
     counts = Counter()
     for r in rows:
-        head, body = read_log(r["path"])
-        code = int(head["exit_code"]) if "exit_code" in head else None
-        d = classify(body, exit_code=code, engine=ENGINE_OF.get(r["path"].parent.name))
+        d = classify(r["body"], exit_code=r["exit_code"], engine=ENGINE_OF.get(r["path"].parent.name))
         if d.cause != "crash" or not d.line:
             continue
-        lines = body.split("\n")
+        lines = r["body"].split("\n")
         i = d.line - 1
         around = [ln for ln in lines[max(0, i - 8):i] if ln.strip()][-4:] + [lines[i] if i < len(lines) else ""]
         vetoed = any(STATED.search(ln) and not CODE.search(ln) for ln in around)
