@@ -392,6 +392,26 @@ def test_score_script_scores_a_directory(tmp_path):
     assert f"{tmp_path.name} + {half.name}: 3 logs: right 2 (67 %), unknown 1, wrong cause 0, false alarm 0" in both.stdout
 
 
+
+def test_label_agreement_study_reproduces_its_sample_and_figures(tmp_path):
+    """bench/triage_label_agreement.py: the sample re-drawn from the score files is the one the two
+    readers labelled, and the figures it prints are the ones the corpus README reports."""
+    import subprocess
+
+    script = Path(__file__).parent.parent / "bench" / "triage_label_agreement.py"
+    drawn = subprocess.run([sys.executable, str(script), "--draw"], capture_output=True, text=True, timeout=120)
+    assert drawn.returncode == 0 and "reproduces" in drawn.stdout, drawn.stdout + drawn.stderr
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "A == B                             wrong 39/45 (87%, 74%-94%); rest 71/75 (95%, 87%-98%); population 94.2%" in out.stdout
+    assert "population: right 75.3%, wrong 4.8%" in out.stdout
+    subprocess.run([sys.executable, str(script), "--blind", str(tmp_path)], check=True, timeout=120)
+    blind = sorted(tmp_path.glob("L*.log"))
+    assert len(blind) == 120
+    for f in blind:  # nothing a reader could take the label from
+        head = [ln for ln in f.read_text().split("\n") if ln.startswith("# ")][:3]
+        assert head[0].startswith("# folder: ") and not any(ln.startswith(("# expected", "# source", "# established")) for ln in head)
+
 # Round 3 (issue 27): the classes of heldout2's misses, tested with lines derived from the engines' and
 # libraries' own messages (not from issue logs). Each id says where the wording comes from.
 @pytest.mark.parametrize("line,cause", [
