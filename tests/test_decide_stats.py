@@ -173,3 +173,16 @@ def test_a_baseline_failing_on_a_relaunch_is_a_caution():
     base, t = trial(0, [100, 101, 99], changed=False), trial(1, [100, 99, 101])
     d, _ = decide(AUTO, [base, t], baseline_runs=[{"failed": "crashed: CUDA error: an illegal memory access", "launch": 2}])
     assert any(c.startswith("FLAKY BASELINE") and "illegal memory access" in c for c in d.cautions)
+
+
+def test_a_lossy_winner_is_ranked_with_its_drift_said():
+    """A lossy axis's drift (judge.checks.drift: beyond the kernel-change limits, not failed) goes
+    with the configuration wherever it is ranked: '(ok, lossy)' and a LOSSY caution."""
+    fp8 = trial(1, [120, 123, 118, 121])
+    said = {"axes": ["x"], "mode": "long", "mean_abs_d": 0.0897, "ci": [0.0542, 0.1253], "limit": 0.045}
+    fp8 = fp8.with_(metrics={**fp8.metrics, "probe": {"logprob_drift_lossy": said}})
+    d, _ = decide(SPEC, [trial(0, [100, 102, 98, 101], changed=False), fp8, trial(2, [100, 101, 99, 100])])
+    assert d.winner.key == "k1" and "(ok, lossy)" in d.winner.sentence
+    lossy = [c for c in d.cautions if c.startswith("LOSSY: ")]
+    assert len(lossy) == 1 and "0.090 nats per token" in lossy[0] and "long mode" in lossy[0] and "lossy = false" in lossy[0]
+    assert all("lossy" not in f.sentence for f in d.fallbacks)

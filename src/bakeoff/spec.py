@@ -42,6 +42,11 @@ class Axis(_Strict):
     log: bool = Field(default=False, description="numeric axis: sample (and space the points) on a log scale")
     points: int | None = Field(default=None, ge=2, le=50, description="numeric axis: how many points the fixed strategies "
                                "see (default: the bounds, their midpoint and the baseline)")
+    lossy: bool | None = Field(default=None, description="the axis changes numeric precision (a KV-cache or weight dtype, a "
+                               "quantization, another model file): a logprob drift beyond the healthy limits is expected of "
+                               "it and is reported, not failed; the differential, the task gate and the detectors still "
+                               "judge it. Unset: recognized from the flag or variable (judge.checks.drift.lossy_axes); "
+                               "false keeps the drift check strict")
     why: str = ""
 
     @property

@@ -515,6 +515,20 @@ def _recommend(d: Decision, trials: list[TrialRecord], base: TrialRecord | None,
     d.objective = d.objective or (objective_of(win).name if objective_of(win) else "")
     d.winner = _pick(win, d.baseline_figure)
     d.fallbacks = [_pick(t, d.baseline_figure) for t in ranked if t.key != win.key]
+    d.cautions += [_lossy_caution(t) for t in [win, *(t for t in ranked if t.key != win.key)] if _lossy(t)]
+
+
+def _lossy(t: TrialRecord) -> dict | None:
+    """The drift a lossy axis was excused (``judge.checks.drift``: beyond the limits, not failed)."""
+    return ((t.metrics or {}).get("probe") or {}).get("logprob_drift_lossy")
+
+
+def _lossy_caution(t: TrialRecord) -> str:
+    x = _lossy(t)
+    return (f"LOSSY: {label(t)} changes numeric precision (axis {', '.join(x['axes'])}): its logprobs drift "
+            f"{x['mean_abs_d']:.3f} nats per token from the baseline's in {x['mode']} mode (bounds {x['ci'][0]:.3f} to "
+            f"{x['ci'][1]:.3f}), beyond the {x['limit']} a kernel change stays within; its answers passed the differential, "
+            "the task gate and the detectors. Set `lossy = false` on the axis to fail such drift instead.")
 
 
 def _no_known_good(base: TrialRecord | None) -> str:
@@ -566,7 +580,7 @@ def _pick(t: TrialRecord, baseline_figure: str = "") -> Pick:
     rel = "" if not t.changed else (f", {Ratio.from_json(vs).describe()} the baseline"
                                     if vs else "")
     figure = baseline_figure if t.is_baseline and baseline_figure else _value(t)
-    sentence = f"{label(t)} — {figure}{rel}{_energy(t, None)} ({t.verdict}): {command_line(t)}"
+    sentence = f"{label(t)} — {figure}{rel}{_energy(t, None)} ({t.verdict}{', lossy' if _lossy(t) else ''}): {command_line(t)}"
     o = objective_of(t)
     return Pick(t.key, t.idx, label(t), command_line(t), t.verdict, o.value if o else None, vs, sentence)
 

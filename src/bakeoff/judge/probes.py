@@ -47,9 +47,10 @@ q8_0 + flash attention; threads and batch sizes not finished in time):
   * floors: tasks 60 % (SmolLM2: 100 %), gate 15 % (SmolLM2: 46–49 %), needles 1 (SmolLM2: 1–3 of 4).
   * ``sampled_margin`` 0.05 nats (``judge.checks.sampled``): healthy shifts of the chosen tokens'
     mean logprob at temperature 0.7 within ±0.07, sampler faults 0.27–0.55.
-  * ``max_drift`` 0.045 nats (``judge.checks.drift``): healthy mean |logprob difference| on the
-    tokens both sides chose ≤ 0.042 per mode (A/A 0), rope base 30000 0.097 (single mode);
-    ``max_drift_long`` 0.03 for the long probe (healthy ≤ 0.015, rope base 50000 at 3500 tokens 0.050).
+  * ``max_drift`` 0.15 nats (``judge.checks.drift``): healthy mean |logprob difference| on the
+    tokens both sides chose ≤ 0.042 per mode on CPU, ≤ 0.110 on an H200 (A/A 0);
+    ``max_drift_long`` 0.045 for the long probe (healthy ≤ 0.015 on CPU, ≤ 0.027 on the H200).
+    A lossy axis (a KV-cache or weight dtype, a quantization) drifts by design: reported, not failed.
 """
 
 from __future__ import annotations
@@ -519,12 +520,14 @@ NO_LOGPROBS_DIFF = ("logprob near-tie test and teacher forcing (the engine gives
 
 
 def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprobs: bool = True,
-          role: str = "trial") -> ProbeOutcome:
+          role: str = "trial", lossy: tuple = ()) -> ProbeOutcome:
     """Turn collected results (and the baseline's, if any) into a pass/fail with evidence.
 
     ``role`` is ``baseline`` for the reference configuration itself: its floors failing is
-    ``baseline_below_floor`` (nothing known-good exists). The checks, in order; the first
-    failure decides and ``values`` holds everything measured up to there:
+    ``baseline_below_floor`` (nothing known-good exists). ``lossy``: the trial's changed axes
+    that change numeric precision (``drift.lossy_axes``): a drift beyond the limits is then
+    reported, not failed. The checks, in order; the first failure decides and ``values`` holds
+    everything measured up to there:
       1. absolute detectors in every mode, zero tolerance (a model behaviour such as looping is
          excused only where the baseline shows it on the same prompt); then ``answer_in_reasoning``
          (``_check_content``): a finished reply whose content is empty and whose answer is only in
@@ -569,7 +572,8 @@ def judge(collected: dict, cfg: Probes, baseline: dict | None, *, expect_logprob
         return ProbeOutcome(False, mode, detector, detail, values, evidence=evidence, checks_not_run=not_run)
 
     ev = Evidence(collected, baseline, cfg, values, expect_logprobs, role,
-                  diffs=whole_diffs(collected, baseline, cfg) if baseline is not None else {}, not_run=not_run)
+                  diffs=whole_diffs(collected, baseline, cfg) if baseline is not None else {}, not_run=not_run,
+                  lossy=tuple(lossy))
     for check in CHECKS:
         found = check(ev)
         if found:

@@ -19,6 +19,7 @@ from bakeoff import progress
 from bakeoff.measure import bench
 from bakeoff.measure.power import EnergyMeter
 from bakeoff.judge import lmeval, probes
+from bakeoff.judge.checks import drift as drift_check
 from bakeoff.judge.checks import sampled as sampled_path
 from bakeoff.run.engines.base import Engine, LaunchContext
 from bakeoff.errors import InfraError, LaunchError
@@ -177,11 +178,12 @@ class TrialRunner:
                 time.sleep(0.25)
 
     def probe(self, base_url: str, baseline: dict | None, role: str = "trial",
-              lm_eval_dir: Path | None = None) -> tuple[probes.ProbeOutcome, dict]:
+              lm_eval_dir: Path | None = None, changed: list[str] = ()) -> tuple[probes.ProbeOutcome, dict]:
         """Run the probe set in every mode (the benchmark's shape included) and judge it: the
         absolute floors always, the baseline's answers when given (teacher-forcing the trial on
         them after each near-tie), the sampled path when an axis may change sampling
         (``probes.sampled``). ``role`` ``baseline``: floors failing is ``baseline_below_floor``.
+        ``changed``: the trial's changed axes (a lossy one's drift is said, not failed).
         When those pass and the spec has ``[probes.lm_eval]``, lm_eval runs its tasks too (its
         files in ``lm_eval_dir``) and the judgement includes its gate; lm_eval failing to run
         raises LmEvalError (an infrastructure fault, not a verdict)."""
@@ -194,12 +196,14 @@ class TrialRunner:
                                           thinking=self.spec.server.thinking, thinking_room=self.spec.server.thinking_room,
                                           templated_prompt=self.engine.templated_prompt,
                                           sampled=sampled_path.wanted(cfg.sampled, self.spec.engine, self.spec.axes))
-        outcome = probes.judge(collected, cfg, baseline, expect_logprobs=self.engine.supports_logprobs, role=role)
+        lossy = [a for a in drift_check.lossy_axes(self.spec.engine, self.spec.axes) if a in changed]
+        outcome = probes.judge(collected, cfg, baseline, expect_logprobs=self.engine.supports_logprobs, role=role, lossy=lossy)
         if outcome.passed and cfg.lm_eval is not None:
             self.progress("lm_eval", ", ".join(cfg.lm_eval.tasks))
             collected["lm_eval"] = lmeval.run(cfg.lm_eval, base_url, self._request_model(), lm_eval_dir or self.dir / "lm_eval",
                                               request_timeout_s=self.spec.server.request_timeout_s, should_stop=self.should_stop)
-            outcome = probes.judge(collected, cfg, baseline, expect_logprobs=self.engine.supports_logprobs, role=role)
+            outcome = probes.judge(collected, cfg, baseline, expect_logprobs=self.engine.supports_logprobs, role=role,
+                                   lossy=lossy)
         return outcome, collected
 
     def bench(self, base_url: str, baseline: dict | None = None) -> list[dict]:
@@ -264,7 +268,8 @@ class TrialRunner:
                 self._check_stop()
                 return self._failed_start(rec, handle, ready)
             role = "trial" if planned.changed else "baseline"
-            outcome, collected = self.probe(base_url, baseline, role, self.dir / "lm_eval" / f"{planned.idx:03d}-{planned.key}")
+            outcome, collected = self.probe(base_url, baseline, role, self.dir / "lm_eval" / f"{planned.idx:03d}-{planned.key}",
+                                            changed=planned.changed)
             self._check_stop()
             self.store.put_artifact(rec.key, "probes", probes.results_to_json(collected))
             if not outcome.passed:

@@ -32,6 +32,8 @@ class Evidence:
     diffs: dict = field(default_factory=dict)
     # the checks that could not run and why (the outcome's ``checks_not_run``): a check appends a line
     not_run: list = field(default_factory=list)
+    # the trial's changed axes that change numeric precision (``drift.lossy_axes``): its drift is said, not failed
+    lossy: tuple = ()
 
 
 class Finding(NamedTuple):
