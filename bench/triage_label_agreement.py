@@ -25,22 +25,17 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from triage_score import read_log  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "tests" / "data" / "triage_corpus"
 HERE = CORPUS / "agreement"
 SETS = [f"heldout{n}" for n in range(14, 27)]
 SEED, SIZE = 20261205, 120
 MISS = re.compile(r"\s*\[[^\]]+\] (unknown|wrong|false alarm): (\S+) expected (\S+), got (\S+)")
-
-
-def header(path: Path) -> dict[str, str]:
-    head = {}
-    for line in path.read_text(encoding="utf-8").split("\n"):
-        if not line.startswith("# "):
-            break
-        key, _, value = line[2:].partition(":")
-        head[key.strip()] = value.strip()
-    return head
+COLUMNS = ("id", "path", "stratum", "scored_label", "scored_triage")  # sample.tsv
+WRONG = ("wrong", "false alarm")  # the scoring-time verdicts of the "wrong" stratum
 
 
 def scored() -> list[dict]:
@@ -55,9 +50,10 @@ def scored() -> list[dict]:
                 misses[m.group(2)] = (m.group(1), m.group(3), m.group(4))
     rows = []
     for p in logs:
-        rel = str(p.relative_to(ROOT))
-        kind, want, got = misses.get(rel) or ("right", header(p).get("expected", "none"), header(p).get("expected", "none"))
-        rows.append({"path": str(p.relative_to(CORPUS)), "kind": kind, "scored_label": want, "scored_triage": got})
+        label = read_log(p)[0].get("expected", "none")
+        kind, want, got = misses.get(str(p.relative_to(ROOT))) or ("right", label, label)
+        rows.append({"path": str(p.relative_to(CORPUS)), "kind": kind, "scored_label": want, "scored_triage": got,
+                     "stratum": "wrong" if kind in WRONG else "rest"})
     return rows
 
 
@@ -65,12 +61,12 @@ def draw() -> list[dict]:
     """The sample, drawn as it was: all wrong/false-alarm logs, the rest at random; ids in shuffled order."""
     rows = scored()
     rng = random.Random(SEED)
-    wrong = [r for r in rows if r["kind"] in ("wrong", "false alarm")]
-    rest = [r for r in rows if r["kind"] not in ("wrong", "false alarm")]
+    wrong = [r for r in rows if r["stratum"] == "wrong"]
+    rest = [r for r in rows if r["stratum"] == "rest"]
     pick = wrong + rng.sample(rest, SIZE - len(wrong))
     rng.shuffle(pick)
     for i, r in enumerate(pick, 1):
-        r["id"], r["stratum"] = f"L{i:03d}", "wrong" if r in wrong else "rest"
+        r["id"] = f"L{i:03d}"
     return sorted(pick, key=lambda r: r["id"])
 
 
@@ -84,13 +80,9 @@ def blind(dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     for r in read_tsv(HERE / "sample.tsv"):
         p = CORPUS / r["path"]
-        lines = p.read_text(encoding="utf-8").split("\n")
-        i, keep = 0, [f"# folder: {p.parent.name}"]
-        while i < len(lines) and lines[i].startswith("# "):
-            if lines[i][2:].partition(":")[0].strip() == "exit_code":
-                keep.append(lines[i])
-            i += 1
-        (dest / f"{r['id']}.log").write_text("\n".join(keep + lines[i:]), encoding="utf-8")
+        head, body = read_log(p)
+        keep = [f"# folder: {p.parent.name}"] + ([f"# exit_code: {head['exit_code']}"] if "exit_code" in head else [])
+        (dest / f"{r['id']}.log").write_text("\n".join(keep + [body]), encoding="utf-8")
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -114,11 +106,11 @@ def report() -> None:
         if set(got) != set(sample):
             sys.exit(f"labels_{x}.tsv: ids differ from sample.tsv")
     for r in sample.values():
-        r["now"] = header(CORPUS / r["path"]).get("expected", "none")
+        r["now"] = read_log(CORPUS / r["path"])[0].get("expected", "none")
     A = {i: v["label"] for i, v in labels["A"].items()}
     B = {i: v["label"] for i, v in labels["B"].items()}
     strata = {s: [i for i, r in sample.items() if r["stratum"] == s] for s in ("wrong", "rest")}
-    pop = {"wrong": 45, "rest": 727}
+    pop = Counter(r["stratum"] for r in scored())  # the strata's sizes in heldout14-26 (45 and 727)
     total = sum(pop.values())
 
     def line(name, ok):
@@ -130,8 +122,8 @@ def report() -> None:
             est += pop[s] / total * k / n
         print(f"  {name:34s} {'; '.join(parts)}; population {est:.1%}")
 
-    print(f"sample: {len(sample)} logs of heldout14-26 ({len(strata['wrong'])} of the 45 scored wrong/false alarm,"
-          f" {len(strata['rest'])} of the other 727 at random); labellers unsure of"
+    print(f"sample: {len(sample)} logs of heldout14-26 ({len(strata['wrong'])} of the {pop['wrong']} scored wrong/false alarm,"
+          f" {len(strata['rest'])} of the other {pop['rest']} at random); labellers unsure of"
           f" A {sum(v['sure'] == 'no' for v in labels['A'].values())}, B {sum(v['sure'] == 'no' for v in labels['B'].values())}")
     print("agreement (strata: wrong = scored wrong or false alarm, rest = the others):")
     line("A == B", lambda i: A[i] == B[i])
@@ -165,8 +157,8 @@ def main() -> None:
     ap.add_argument("--blind", metavar="DIR", help="write the blinded excerpts to DIR")
     args = ap.parse_args()
     if args.draw:
-        drawn = [(r["id"], r["path"], r["stratum"], r["scored_label"], r["scored_triage"]) for r in draw()]
-        kept = [(r["id"], r["path"], r["stratum"], r["scored_label"], r["scored_triage"]) for r in read_tsv(HERE / "sample.tsv")]
+        drawn = [tuple(r[c] for c in COLUMNS) for r in draw()]
+        kept = [tuple(r[c] for c in COLUMNS) for r in read_tsv(HERE / "sample.tsv")]
         print("the draw reproduces sample.tsv" if drawn == kept else "the draw differs from sample.tsv")
         sys.exit(0 if drawn == kept else 1)
     if args.blind:

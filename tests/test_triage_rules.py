@@ -396,16 +396,18 @@ def test_score_script_scores_a_directory(tmp_path):
 def test_label_agreement_study_reproduces_its_sample_and_figures(tmp_path):
     """bench/triage_label_agreement.py: the sample re-drawn from the score files is the one the two
     readers labelled, and the figures it prints are the ones the corpus README reports."""
+    import os
     import subprocess
 
     script = Path(__file__).parent.parent / "bench" / "triage_label_agreement.py"
-    drawn = subprocess.run([sys.executable, str(script), "--draw"], capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent / "src")}  # it reads logs with triage_score's read_log
+    drawn = subprocess.run([sys.executable, str(script), "--draw"], capture_output=True, text=True, timeout=120, env=env)
     assert drawn.returncode == 0 and "reproduces" in drawn.stdout, drawn.stdout + drawn.stderr
-    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     assert out.returncode == 0, out.stderr
     assert "A == B                             wrong 39/45 (87%, 74%-94%); rest 71/75 (95%, 87%-98%); population 94.2%" in out.stdout
     assert "population: right 75.3%, wrong 4.8%" in out.stdout
-    subprocess.run([sys.executable, str(script), "--blind", str(tmp_path)], check=True, timeout=120)
+    subprocess.run([sys.executable, str(script), "--blind", str(tmp_path)], check=True, timeout=120, env=env)
     blind = sorted(tmp_path.glob("L*.log"))
     assert len(blind) == 120
     for f in blind:  # nothing a reader could take the label from
