@@ -134,6 +134,7 @@ def test_lossy_axes_are_the_precision_knobs_unless_the_spec_says_otherwise():
     cpp = _axes({"name": "k", "flag": "-ctk"}, {"name": "v", "flag": "--cache-type-v"}, {"name": "fa", "flag": "--flash-attn"},
                 {"name": "gguf", "model": True})
     assert drift.lossy_axes("llamacpp", cpp) == ["k", "v", "gguf"]
+    assert drift.lossy_axes("vllm", axes, changed=["moe", "kv"]) == ["kv"]  # a trial's changed axes only
 
 
 def test_a_lossy_change_drifts_by_design_said_not_failed_and_still_judged_by_the_rest():

@@ -3,12 +3,13 @@
 Needs ``bash scripts/setup_vllm.sh`` (the .venv-vllm interpreter and the HF copy of SmolLM2 at
 .cache/smollm2-hf); fails, never skips, without them. One 3-trial OFAT sweep of
 examples/vllm-cpu.toml (bf16 baseline, --dtype float32, VLLM_CPU_OMP_THREADS_BIND=nobind),
-made smaller, with absolute paths so it runs from any directory, plus one real fault. The two
+made smaller, with absolute paths so it runs from any directory, plus two axes of its own. The two
 changes of the example are healthy: the float32 change flips greedy tokens only where bf16
-near-ties them, which the top-k differential must excuse (no false "divergence"). The fault is a
-launch option of the real engine, on a server without llama.cpp's endpoints: SmolLM2's RoPE base
-100000 served as 10000 (``--hf-overrides``); it starts, reports healthy and answers short prompts
-as the baseline does, and must still be called wrong.
+near-ties them, which the top-k differential must excuse (no false "divergence"). One added axis is
+a real fault, a launch option of the real engine on a server without llama.cpp's endpoints:
+SmolLM2's RoPE base 100000 served as 10000 (``--hf-overrides``); it starts, reports healthy and
+answers short prompts as the baseline does, and must still be called wrong. The other is a lossy
+change, the KV cache in fp8_e5m2: its drift is said and it is ranked.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def run_example_sweep(spec: Path, out: Path, servers, what: str) -> dict:
 
 
 ROPE_FAULT = '{"rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}'
-ROPE_AXIS = f"""
+EXTRA_AXES = f"""
 [[axes]]
 name = "rope"
 flag = "--hf-overrides"
@@ -112,7 +113,7 @@ def sweep(tmp_path_factory):
     spec = absolute_spec(EXAMPLE, out)
     text = spec.read_text()
     assert text.count('threads_bind = "auto"\n') == 1
-    spec.write_text(text.replace('threads_bind = "auto"\n', 'threads_bind = "auto"\nrope = \'{}\'\nkv = "auto"\n') + ROPE_AXIS)
+    spec.write_text(text.replace('threads_bind = "auto"\n', 'threads_bind = "auto"\nrope = \'{}\'\nkv = "auto"\n') + EXTRA_AXES)
     data = tomllib.loads(spec.read_text())
     assert data["engine_options"]["python"] == str(VENV_PY)
     return run_example_sweep(spec, out, _servers, "vLLM CPU")

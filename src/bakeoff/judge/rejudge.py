@@ -75,7 +75,7 @@ def rejudge(rec: TrialRecord, collected: dict | None, baseline: dict, spec: Spec
         return rec.with_(metrics={**rec.metrics, "without_baseline": False}) if rec.metrics.get("without_baseline") else rec
     if collected is None:
         return _again(rec)
-    lossy = [a for a in lossy_axes(spec.engine, spec.axes) if a in rec.changed]
+    lossy = lossy_axes(spec.engine, spec.axes, rec.changed)
     outcome = probes.judge(collected, spec.probes, baseline, expect_logprobs=expect_logprobs, role="trial", lossy=lossy)
     unfollowed = [k for k, d in (collected.get("_diffs") or {}).items() if not d.whole]
     how = ("re-judged against the baseline's stored answers once the baseline passed (this trial ran while it "

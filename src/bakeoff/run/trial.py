@@ -196,7 +196,7 @@ class TrialRunner:
                                           thinking=self.spec.server.thinking, thinking_room=self.spec.server.thinking_room,
                                           templated_prompt=self.engine.templated_prompt,
                                           sampled=sampled_path.wanted(cfg.sampled, self.spec.engine, self.spec.axes))
-        lossy = [a for a in drift_check.lossy_axes(self.spec.engine, self.spec.axes) if a in changed]
+        lossy = drift_check.lossy_axes(self.spec.engine, self.spec.axes, changed)
         outcome = probes.judge(collected, cfg, baseline, expect_logprobs=self.engine.supports_logprobs, role=role, lossy=lossy)
         if outcome.passed and cfg.lm_eval is not None:
             self.progress("lm_eval", ", ".join(cfg.lm_eval.tasks))

@@ -51,14 +51,15 @@ PRECISION_KNOBS: dict[str, tuple[str, ...]] = {
 _SAYS_PRECISION = re.compile(r"dtype|quantiz|cache[-_]type", re.IGNORECASE)
 
 
-def lossy_axes(engine: str, axes) -> list[str]:
+def lossy_axes(engine: str, axes, changed=None) -> list[str]:
     """The axes (``spec.Axis``) that change numeric precision: ``lossy = true``, or unset and a
     precision flag or variable of ``engine`` (``PRECISION_KNOBS``, or one whose name says dtype,
-    quantization or cache type), or a ``model = true`` axis (another model file)."""
+    quantization or cache type), or a ``model = true`` axis (another model file). ``changed``: only
+    those among a trial's changed axes."""
     knobs = set(PRECISION_KNOBS.get(engine, ()))
-    return [a.name for a in axes
-            if a.lossy or (a.lossy is None and (a.model or any(k and (k in knobs or _SAYS_PRECISION.search(k))
-                                                                for k in (a.flag, a.env))))]
+    return [a.name for a in axes if (changed is None or a.name in changed)
+            and (a.lossy or (a.lossy is None and (a.model or any(k and (k in knobs or _SAYS_PRECISION.search(k))
+                                                                 for k in (a.flag, a.env)))))]
 
 
 def _tok(t: dict):
